@@ -1,0 +1,35 @@
+# Every target sets up .venv from pyproject.toml when it is missing or older than pyproject.toml.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+PROFILE ?= full        # full: the GPU recipe; smoke: a CPU-sized run of every rung
+DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.xz) archive of train/ and test/
+SEEDS ?= 0             # e.g. 0,1,2: every rung once per seed
+LADDER ?=              # name of the ladder folder under outputs/ (default: the profile's name)
+ARGS ?=                # more Hydra overrides, e.g. ARGS="trainer.devices=2"
+
+LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" profile=$(strip $(PROFILE)) \
+	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
+
+.PHONY: help ladder test report clean-venv
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo "  variables: PROFILE=full|smoke  DATA=cifar10|synthetic|PATH  SEEDS=0,1,2  LADDER=name  ARGS='overrides'"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+ladder: $(STAMP)  ## train every rung in order (skips finished ones), analyse each, write the report
+	$(PY) scripts/ladder.py $(LADDER_ARGS)
+
+test: $(STAMP)  ## run the test suite
+	$(PY) -m pytest -q
+
+clean-venv:  ## remove the virtual environment
+	rm -rf $(VENV)

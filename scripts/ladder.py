@@ -1,0 +1,32 @@
+"""Train every rung of the ladder in order, skipping finished ones: what `make ladder` runs.
+
+    python scripts/ladder.py [--seeds 0,1,2] [--data PATH|cifar10|synthetic] [hydra overrides ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vitladder.cli import reports_user_errors
+
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds; every rung trains once per seed")
+    parser.add_argument("--data", default="", help="cifar10, synthetic, or a folder/.tar(.xz) of train/ and test/")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. profile=smoke trainer.devices=2")
+    args = parser.parse_args(argv)
+
+    from vitladder.training.estimate import estimate_ladder
+    from vitladder.training.ladder import data_overrides, parse_seeds, plan_ladder, run_ladder
+    from vitladder.training.run import train_rung
+
+    overrides = [*data_overrides(args.data), *args.overrides]
+    runs = plan_ladder(parse_seeds(args.seeds), overrides)
+    summaries = run_ladder(runs, train_rung, estimate_ladder)
+    print(f"ladder '{runs[0].cfg.ladder}' finished: {len(summaries)} runs in {runs[0].run_dir.parent}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The LightningDataModule: loads a source once, splits it, and keeps it on the training device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+
+from vitladder.data.device_batches import DeviceBatches
+from vitladder.data.sources import ImageSplits, load_cifar10, load_image_folder, make_synthetic
+from vitladder.errors import DataError
+
+
+def load_source(data_cfg: DictConfig) -> ImageSplits:
+    """The images of `data=<source>`, on the CPU as uint8."""
+    source = data_cfg.source
+    if source == "cifar10":
+        return load_cifar10(Path(data_cfg.root), download=True)
+    if source == "imagefolder":
+        return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir))
+    if source == "synthetic":
+        return make_synthetic(int(data_cfg.num_train), int(data_cfg.num_test), seed=int(data_cfg.get("seed", 0)))
+    raise DataError(f"unknown data source '{source}': use data=cifar10, data=imagefolder or data=synthetic")
+
+
+@dataclass(frozen=True)
+class Split:
+    images: torch.Tensor  # (N, 3, 32, 32) uint8
+    labels: torch.Tensor  # (N,) int64
+
+
+def split_train_val_test(
+    splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
+) -> tuple[Split, Split, Split]:
+    """Holds out a seeded validation set from train; shuffles test once (seeded) so that "the first N
+    test images" is a fixed sample of every class even where files come ordered by class."""
+    generator = torch.Generator().manual_seed(split_seed)
+    order = torch.randperm(len(splits.train_labels), generator=generator)
+    if val_size >= len(order):
+        raise DataError(f"data.val_size={val_size} leaves no training images out of {len(order)}")
+    val_idx, train_idx = order[:val_size], order[val_size:]
+    if train_subset:
+        train_idx = train_idx[:train_subset]
+    test_idx = torch.randperm(len(splits.test_labels), generator=generator)
+    if test_subset:
+        test_idx = test_idx[:test_subset]
+
+    def take(images: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor) -> Split:
+        return Split(images[idx].contiguous(), labels[idx].contiguous())
+
+    return (
+        take(splits.train_images, splits.train_labels, train_idx),
+        take(splits.train_images, splits.train_labels, val_idx),
+        take(splits.test_images, splits.test_labels, test_idx),
+    )
+
+
+class ImageDataModule(L.LightningDataModule):
+    """Train / validation / test splits held as uint8 tensors on the training device.
+
+    Batches come from `DeviceBatches` (crop, flip and normalisation as batched tensor ops), so no
+    DataLoader workers are needed and the GPU never waits on Python for data.
+    """
+
+    def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
+        super().__init__()
+        self.cfg = data_cfg
+        self.seed = seed
+        self.classes: tuple[str, ...] = ()
+        self.train: Split | None = None
+        self.val: Split | None = None
+        self.test: Split | None = None
+
+    def prepare_data(self) -> None:
+        # Downloads (CIFAR-10) or decodes and caches (image folders) once, on one process.
+        load_source(self.cfg)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train is not None:
+            return
+        splits = load_source(self.cfg)
+        self.classes = splits.classes
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        train, val, test = split_train_val_test(
+            splits,
+            val_size=int(self.cfg.val_size),
+            split_seed=int(self.cfg.split_seed),
+            train_subset=self.cfg.train_subset,
+            test_subset=self.cfg.test_subset,
+        )
+        self.train, self.val, self.test = (
+            Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test)
+        )
+
+    def _rank(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def _batches(self, split: Split, train: bool) -> DeviceBatches:
+        rank, world_size = self._rank()
+        return DeviceBatches(
+            split.images,
+            split.labels,
+            int(self.cfg.batch_size),
+            shuffle=train,
+            augment=train and (int(self.cfg.random_crop_padding) > 0 or bool(self.cfg.horizontal_flip)),
+            crop_padding=int(self.cfg.random_crop_padding),
+            flip=bool(self.cfg.horizontal_flip),
+            seed=self.seed,
+            drop_last=train,  # MixUp needs even, equal batches
+            rank=rank,
+            world_size=world_size,
+        )
+
+    def train_dataloader(self) -> DeviceBatches:
+        return self._batches(self.train, train=True)
+
+    def val_dataloader(self) -> DeviceBatches:
+        return self._batches(self.val, train=False)
+
+    def test_dataloader(self) -> DeviceBatches:
+        return self._batches(self.test, train=False)

@@ -1,0 +1,85 @@
+"""How long a ladder will take on this machine: a few timed training steps per model shape."""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import Sequence
+
+import torch
+from omegaconf import DictConfig
+
+from vitladder.config import scaled_epochs
+from vitladder.model import ViTConfig, build_vit
+
+EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
+RUN_OVERHEAD_S = 6.0  # start-up, W&B, checkpoints, test and analysis of one run
+
+
+@lru_cache(maxsize=None)
+def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
+    """Times a few AdamW steps of the model; on the CPU with a small batch to stay short."""
+    model = build_vit(vit).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = batch_size if device == "cuda" else min(batch_size, 16)
+    images = torch.randn(batch, 3, vit.img_size, vit.img_size, device=device)
+    labels = torch.randint(0, vit.num_classes, (batch,), device=device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+
+    def step() -> None:
+        with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # warm-up: allocations, kernel selection
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started, steps = time.perf_counter(), 3
+    for _ in range(steps):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - started) / (steps * batch)
+
+
+def estimate_run_seconds(cfg: DictConfig, num_train: int, num_val: int, num_test: int) -> float:
+    device = "cuda" if torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda") else "cpu"
+    vit = ViTConfig(
+        patch_size=int(cfg.model.patch_size),
+        embed_dim=int(cfg.model.embed_dim),
+        depth=int(cfg.model.depth),
+        num_heads=int(cfg.model.num_heads),
+        mlp_ratio=float(cfg.model.mlp_ratio),
+    )
+    per_image = seconds_per_image(vit, int(cfg.data.batch_size), device)
+    epochs, _ = scaled_epochs(cfg)
+    images = epochs * (num_train + EVAL_COST * num_val) + EVAL_COST * num_test
+    return images * per_image + RUN_OVERHEAD_S
+
+
+def split_sizes(cfg: DictConfig) -> tuple[int, int, int]:
+    """(train, val, test) image counts of a run's data, loading (or downloading) it once."""
+    from vitladder.data.datamodule import load_source
+
+    splits = load_source(cfg.data)
+    num_val = int(cfg.data.val_size)
+    num_train = len(splits.train_labels) - num_val
+    if cfg.data.train_subset:
+        num_train = min(num_train, int(cfg.data.train_subset))
+    num_test = len(splits.test_labels)
+    if cfg.data.test_subset:
+        num_test = min(num_test, int(cfg.data.test_subset))
+    return num_train, num_val, num_test
+
+
+def estimate_ladder(cfgs: Sequence[DictConfig]) -> list[float]:
+    sizes = {}
+    estimates = []
+    for cfg in cfgs:
+        key = str(cfg.data)
+        if key not in sizes:
+            sizes[key] = split_sizes(cfg)
+        estimates.append(estimate_run_seconds(cfg, *sizes[key]))
+    return estimates

@@ -1,0 +1,87 @@
+"""The ladder runner: every rung (and seed) in order, finished ones skipped, with a time estimate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from omegaconf import DictConfig
+
+from vitladder.config import RUNGS, compose_rung
+from vitladder.errors import UserError
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    rung: str
+    seed: int
+    cfg: DictConfig
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.run_dir)
+
+
+def data_overrides(data: str) -> list[str]:
+    """`make ladder DATA=...`: a source name, or a folder/archive for data=imagefolder."""
+    data = data.strip()
+    if not data:
+        return []
+    if data in ("cifar10", "synthetic", "imagefolder"):
+        return [f"data={data}"]
+    return ["data=imagefolder", f"data.root={data}"]
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"SEEDS={text!r} is not a comma-separated list of integers, e.g. SEEDS=0,1,2") from None
+    return seeds or [0]
+
+
+def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
+    return [
+        PlannedRun(rung, seed, compose_rung(rung, [*overrides, f"seed={seed}"]))
+        for seed in seeds
+        for rung in RUNGS
+    ]
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def run_ladder(
+    runs: Sequence[PlannedRun],
+    train: Callable[[DictConfig], dict],
+    estimate: Callable[[Sequence[DictConfig]], list[float]],
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run."""
+    from vitladder.training.run import is_finished, read_summary
+
+    todo = [run for run in runs if not is_finished(run.run_dir)]
+    if len(todo) < len(runs):
+        log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
+    expected = estimate([run.cfg for run in todo]) if todo else []
+    if todo:
+        log(f"estimated time for {len(todo)} runs on this machine: {format_seconds(sum(expected))}")
+    started = time.time()
+    for position, run in enumerate(todo):
+        log(f"[{position + 1}/{len(todo)}] {run.rung} (seed {run.seed}) -> {run.run_dir}")
+        summary = train(run.cfg)
+        elapsed = time.time() - started
+        # Rescale what is left by how far off the estimate has been so far.
+        ratio = elapsed / max(sum(expected[: position + 1]), 1e-9)
+        remaining = sum(expected[position + 1 :]) * ratio
+        log(
+            f"[{position + 1}/{len(todo)}] {run.rung}: test acc {summary['test_acc']:.2%} "
+            f"in {format_seconds(summary['seconds'])}; ladder ETA {format_seconds(remaining)}"
+        )
+    return [read_summary(run.run_dir) for run in runs]

@@ -1,0 +1,145 @@
+"""The LightningModule: a timm ViT trained with AdamW, a timm cosine schedule, label smoothing and MixUp/CutMix."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from vitladder.errors import UserError
+from vitladder.model import ViTConfig, build_vit
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def build_mixup(mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float,
+                label_smoothing: float, num_classes: int) -> Mixup | None:
+    """timm's Mixup (runs on the batch's device), or None when both alphas are 0."""
+    if mixup_alpha <= 0 and cutmix_alpha <= 0:
+        return None
+    return Mixup(
+        mixup_alpha=mixup_alpha,
+        cutmix_alpha=cutmix_alpha,
+        prob=prob,
+        switch_prob=switch_prob,
+        mode="batch",
+        label_smoothing=label_smoothing,
+        num_classes=num_classes,
+    )
+
+
+class LadderModule(L.LightningModule):
+    def __init__(
+        self,
+        model: dict,
+        optim: dict,
+        label_smoothing: float,
+        mixup: dict,
+        max_epochs: int,
+        warmup_epochs: float,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.vit_config = ViTConfig(**model)
+        self.model = build_vit(self.vit_config)
+        num_classes = self.vit_config.num_classes
+        self.mixup = build_mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes)
+        # Mixup hands out soft targets that already carry the label smoothing.
+        self.train_criterion = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.eval_criterion = nn.CrossEntropyLoss()
+        # Metrics accumulate on the device and are read once per epoch: no host sync per step.
+        self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def configure_model(self) -> None:
+        if self.hparams.compile:
+            # In-place compile keeps the state_dict keys free of `_orig_mod.`.
+            self.model.compile()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(images)  # (B, num_classes)
+
+    def on_train_epoch_start(self) -> None:
+        # Batches are a pure function of (seed, epoch), so a resumed run sees the same data.
+        loader = self.trainer.train_dataloader
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(self.current_epoch)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch  # (B, 3, 32, 32) float, (B,) int64
+        targets = labels
+        if self.mixup is not None:
+            images, targets = self.mixup(images, labels)  # targets: (B, num_classes) soft
+        logits = self(images)
+        loss = self.train_criterion(logits, targets)
+        self.train_loss.update(loss.detach())
+        self.train_acc.update(logits.detach(), labels)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        loss = self.train_loss.compute()
+        # One host sync per epoch: stop before a diverged model overwrites the last good checkpoint.
+        if not math.isfinite(loss.item()):
+            raise TrainingDiverged(
+                f"training loss became {loss.item()} in epoch {self.current_epoch}: lower optim.lr "
+                "or add warmup; the last good checkpoint is kept"
+            )
+        self.log("train/loss", loss, sync_dist=True)
+        self.log("train/acc", self.train_acc.compute(), sync_dist=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"])
+        self.train_loss.reset()
+        self.train_acc.reset()
+
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], loss_metric: MeanMetric,
+                  acc_metric: MulticlassAccuracy) -> None:
+        images, labels = batch
+        logits = self(images)
+        loss_metric.update(self.eval_criterion(logits, labels), weight=labels.numel())
+        acc_metric.update(logits, labels)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.val_loss, self.val_acc)
+        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True)
+        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.test_loss, self.test_acc)
+        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
+        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+
+    def configure_optimizers(self):
+        optim = self.hparams.optim
+        # timm's factory keeps weight decay off biases, norms, the CLS token and position embeddings.
+        optimizer = create_optimizer_v2(
+            self.model, opt="adamw", lr=optim["lr"], weight_decay=optim["weight_decay"], betas=tuple(optim["betas"])
+        )
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        steps_per_epoch = max(1, total_steps // max(1, self.hparams.max_epochs))
+        warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
+        scheduler = CosineLRScheduler(
+            optimizer,
+            t_initial=total_steps - warmup_steps,
+            lr_min=optim["min_lr"],
+            warmup_t=warmup_steps,
+            warmup_lr_init=optim["warmup_start_lr"],
+            warmup_prefix=True,  # warmup first, then the full cosine
+            t_in_epochs=False,
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
+        # timm schedulers are driven by the update count, not by epochs.
+        scheduler.step_update(num_updates=self.global_step)

@@ -1,0 +1,26 @@
+"""Shared fixtures: the repository root, the real CIFAR-10 archive when present, offline W&B."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CIFAR10_ARCHIVE = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg.tar.xz"
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def cifar10_archive() -> Path:
+    if not CIFAR10_ARCHIVE.exists():
+        pytest.skip(f"real CIFAR-10 archive not found at {CIFAR10_ARCHIVE}")
+    return CIFAR10_ARCHIVE
