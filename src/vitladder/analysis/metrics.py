@@ -1,0 +1,139 @@
+"""What attention heads look at: pure tensor maths on attention probabilities.
+
+Every function takes attention ``A[b, h, q, k]`` of shape ``(B, H, T, T)`` whose rows sum
+to 1, over ``T = 1 + N`` tokens: token 0 is the CLS token, tokens ``1..N`` are the patches
+of a square ``g x g`` grid in row-major order (patch ``i`` sits at row ``i // g``, column
+``i % g``). The definitions are the contract of DESIGN.md section 4:
+
+- mean attention distance (px): ``sum_k Â[q, k] * |c_q - c_k|`` over patch keys;
+- entropy (nats): ``-sum_k A[q, k] ln A[q, k]`` over all ``T`` keys;
+- CLS share: ``A[q, 0]``;
+
+each per head, averaged over the batch and over the ``N`` patch queries (the CLS query
+row is left out). Layer values are the mean of a layer's heads; callers take that mean.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+ClsConvention = Literal["renormalise", "drop"]
+
+__all__ = [
+    "ClsConvention",
+    "attention_entropy",
+    "attention_rollout",
+    "cls_share",
+    "grid_from_tokens",
+    "mean_attention_distance",
+    "patch_centers",
+    "patch_distances",
+    "uniform_distance",
+    "uniform_entropy",
+]
+
+
+def grid_from_tokens(num_tokens: int) -> int:
+    """Side ``g`` of the patch grid for ``T = 1 + g*g`` tokens (CLS + patches)."""
+    num_patches = num_tokens - 1
+    grid = math.isqrt(max(num_patches, 0))
+    if num_patches < 1 or grid * grid != num_patches:
+        raise ValueError(
+            f"attention over {num_tokens} tokens does not fit 1 CLS token + a square grid "
+            f"of patches: {num_patches} patches is not a perfect square"
+        )
+    return grid
+
+
+def patch_centers(grid: int, patch_px: float) -> Tensor:
+    """Pixel centres ``(x, y) = ((col + 0.5) * p, (row + 0.5) * p)`` of the patches, ``(N, 2)``."""
+    index = torch.arange(grid * grid)  # (N,) row-major
+    row, col = index // grid, index % grid
+    return torch.stack([(col + 0.5) * patch_px, (row + 0.5) * patch_px], dim=1).float()  # (N, 2)
+
+
+def patch_distances(grid: int, patch_px: float) -> Tensor:
+    """Euclidean pixel distances between every pair of patch centres, ``(N, N)``."""
+    centers = patch_centers(grid, patch_px).double()  # (N, 2); float64 so 0 stays exactly 0
+    return torch.cdist(centers, centers).float()  # (N, N)
+
+
+def _check_attention(attn: Tensor) -> int:
+    """Validate the ``(B, H, T, T)`` layout and return the grid side."""
+    if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
+        raise ValueError(f"expected attention of shape (B, H, T, T), got {tuple(attn.shape)}")
+    return grid_from_tokens(attn.shape[-1])
+
+
+def mean_attention_distance(
+    attn: Tensor,
+    patch_px: float,
+    cls_convention: ClsConvention = "renormalise",
+) -> Tensor:
+    """Mean attention distance per head in pixels, ``(H,)``.
+
+    ``cls_convention="renormalise"`` (the project's definition) rescales each patch query's
+    attention over the patch keys to sum to 1, so attention parked on CLS does not shrink
+    the distance. ``"drop"`` uses ``A[q, 1:]`` as is, the convention of published code;
+    it equals the renormalised value times the patch share ``1 - A[q, 0]`` per query.
+    A query whose whole attention is on CLS has no defined distance; it counts as 0.
+    """
+    grid = _check_attention(attn)
+    patch_attn = attn[:, :, 1:, 1:].float()  # (B, H, N, N) patch queries -> patch keys
+    if cls_convention == "renormalise":
+        mass = patch_attn.sum(dim=-1, keepdim=True)  # (B, H, N, 1)
+        patch_attn = patch_attn / mass.clamp_min(torch.finfo(patch_attn.dtype).tiny)
+    elif cls_convention != "drop":
+        raise ValueError(f"cls_convention must be 'renormalise' or 'drop', got {cls_convention!r}")
+    dist = patch_distances(grid, patch_px).to(patch_attn.device)  # (N, N)
+    per_query = (patch_attn * dist).sum(dim=-1)  # (B, H, N)
+    return per_query.mean(dim=(0, 2))  # (H,)
+
+
+def attention_entropy(attn: Tensor) -> Tensor:
+    """Entropy per head in nats over all ``T`` keys (``0 ln 0 = 0``), ``(H,)``."""
+    _check_attention(attn)
+    rows = attn[:, :, 1:, :].float()  # (B, H, N, T) patch queries, every key
+    entropy = -torch.special.xlogy(rows, rows).sum(dim=-1)  # (B, H, N); xlogy(0, 0) = 0
+    return entropy.mean(dim=(0, 2))  # (H,)
+
+
+def cls_share(attn: Tensor) -> Tensor:
+    """Attention that patch queries give to the CLS token, per head, ``(H,)``."""
+    _check_attention(attn)
+    return attn[:, :, 1:, 0].float().mean(dim=(0, 2))  # (B, H, N) -> (H,)
+
+
+def attention_rollout(attns: list[Tensor]) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): the CLS row over the patches, ``(B, N)``.
+
+    Per layer the head mean ``Ā``, then ``Â = 0.5 Ā + 0.5 I`` (the residual path) with rows
+    renormalised; ``R = Â_last @ ... @ Â_first``; the map is ``R[:, 0, 1:]``. Rows of ``R``
+    sum to 1, so the map sums to ``1 - R[:, 0, 0]``.
+    """
+    if not attns:
+        raise ValueError("attention rollout needs at least one layer of attention")
+    _check_attention(attns[0])
+    num_tokens = attns[0].shape[-1]
+    eye = torch.eye(num_tokens, device=attns[0].device)  # (T, T)
+    rollout: Tensor | None = None
+    for attn in attns:  # first layer to last
+        mixed = 0.5 * attn.float().mean(dim=1) + 0.5 * eye  # (B, T, T)
+        mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows sum to 1 again
+        rollout = mixed if rollout is None else mixed @ rollout  # later layers multiply on the left
+    assert rollout is not None
+    return rollout[:, 0, 1:]  # (B, N)
+
+
+def uniform_distance(grid: int, patch_px: float) -> float:
+    """Mean attention distance of uniform attention: mean over all pairs, self included (px)."""
+    return patch_distances(grid, patch_px).double().mean().item()
+
+
+def uniform_entropy(num_tokens: int) -> float:
+    """Entropy of uniform attention over ``num_tokens`` keys: ``ln T`` (nats)."""
+    return math.log(num_tokens)
