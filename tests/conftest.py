@@ -24,3 +24,10 @@ def cifar10_archive() -> Path:
     if not CIFAR10_ARCHIVE.exists():
         pytest.skip(f"real CIFAR-10 archive not found at {CIFAR10_ARCHIVE}")
     return CIFAR10_ARCHIVE
+
+
+@pytest.fixture(scope="session")
+def cifar10_cache_dir() -> Path:
+    """``<repo>/data/cache`` (or ``$VITLADDER_DATA_CACHE``): the cache the training runs use too
+    (conf/data/imagefolder.yaml), so the archive is decoded once per machine, not once per session."""
+    return Path(os.environ.get("VITLADDER_DATA_CACHE", REPO_ROOT / "data" / "cache"))

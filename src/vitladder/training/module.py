@@ -59,7 +59,9 @@ class LadderModule(L.LightningModule):
         self.train_criterion = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.eval_criterion = nn.CrossEntropyLoss()
         # Metrics accumulate on the device and are read once per epoch: no host sync per step.
-        self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
+        # nan_strategy="disable": a NaN must reach the divergence check, not be dropped from the mean.
+        self.train_loss = MeanMetric(nan_strategy="disable")
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -73,7 +75,8 @@ class LadderModule(L.LightningModule):
         return self.model(images)  # (B, num_classes)
 
     def on_train_epoch_start(self) -> None:
-        # Batches are a pure function of (seed, epoch), so a resumed run sees the same data.
+        # Batches are a pure function of (seed, epoch): set it before the epoch's iter(), so that a
+        # resumed run sees the very same data as an uninterrupted one.
         loader = self.trainer.train_dataloader
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(self.current_epoch)

@@ -32,14 +32,14 @@ def resolve_mode(requested: str) -> str:
 
 def run_id(run_dir: Path) -> str:
     """One W&B run per rung folder: a resumed rung continues the same run."""
-    import wandb
+    from wandb.sdk.lib.runid import generate_id
 
     path = run_dir / RUN_ID_FILE
     if path.exists():
         return path.read_text().strip()
     from vitladder.atomic import write_text
 
-    new_id = wandb.util.generate_id()
+    new_id = generate_id()
     write_text(path, new_id + "\n")
     return new_id
 

@@ -1,0 +1,59 @@
+"""Augmentation as batched tensor ops on the images' device (airbench style).
+
+Each image draws its own randomness from a ``torch.Generator`` living on the same device, so a
+batch is augmented in a few kernel launches, with no Python loop over images and no host sync.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:
+    """Zero-pad by ``padding`` then crop back to (H, W), each image at its own offset in [0, 2*padding]."""
+    if padding <= 0:
+        return images
+    b, c, h, w = images.shape
+    padded = F.pad(images, (padding, padding, padding, padding))  # (B, C, H+2p, W+2p), zeros
+    dy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=images.device)  # (B,)
+    dx = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=images.device)  # (B,)
+    rows = dy[:, None] + torch.arange(h, device=images.device)  # (B, H) source row of each output row
+    cols = dx[:, None] + torch.arange(w, device=images.device)  # (B, W) source column of each output column
+    # Two gathers: first pick each image's rows, then its columns.
+    rows = rows[:, None, :, None].expand(b, c, h, w + 2 * padding)
+    picked = padded.gather(2, rows)  # (B, C, H, W+2p)
+    cols = cols[:, None, None, :].expand(b, c, h, w)
+    return picked.gather(3, cols)  # (B, C, H, W)
+
+
+def random_flip(images: Tensor, generator: torch.Generator) -> Tensor:
+    """Mirror each image left-right with probability 0.5."""
+    flip = torch.rand(images.shape[0], generator=generator, device=images.device) < 0.5  # (B,)
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
+def normalize(
+    images_u8: Tensor,
+    mean: tuple[float, ...] = CIFAR10_MEAN,
+    std: tuple[float, ...] = CIFAR10_STD,
+) -> Tensor:
+    """(B, C, H, W) uint8 in [0, 255] -> float32 ``(x / 255 - mean) / std`` per channel."""
+    if images_u8.dtype != torch.uint8:
+        raise TypeError(f"normalize expects uint8 images, got {images_u8.dtype}")
+    scale, shift = _affine(tuple(mean), tuple(std), images_u8.device)
+    return images_u8.float() * scale - shift  # == (x / 255 - mean) / std
+
+
+@functools.lru_cache(maxsize=8)
+def _affine(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[Tensor, Tensor]:
+    # Built once per device: a fresh host-to-device copy every batch would be wasted work.
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=device)[:, None, None]  # (C, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32, device=device)[:, None, None]  # (C, 1, 1)
+    return 1.0 / (255.0 * std_t), mean_t / std_t

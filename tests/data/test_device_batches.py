@@ -1,0 +1,156 @@
+"""DeviceBatches: epoch coverage, reproducible order and augmentation, equal rank shards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitladder.data.augment import normalize
+from vitladder.data.device_batches import DeviceBatches
+
+
+def dataset(n: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Random uint8 images whose labels are their own indices, so batches reveal what they hold."""
+    generator = torch.Generator().manual_seed(n)
+    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    return images.to(device), torch.arange(n, device=device)
+
+
+def visited(batches: DeviceBatches) -> list[int]:
+    return [i for _, labels in batches for i in labels.tolist()]
+
+
+def test_batches_are_normalised_images_of_their_labels() -> None:
+    images, labels = dataset(10)
+    out = list(DeviceBatches(images, labels, 4, shuffle=True, augment=False))
+    assert [len(y) for _, y in out] == [4, 4, 2]
+    for x, y in out:
+        assert x.dtype == torch.float32 and x.shape[1:] == (3, 32, 32) and y.dtype == torch.int64
+        assert torch.equal(x, normalize(images[y]))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_index_once_per_epoch(shuffle: bool) -> None:
+    images, labels = dataset(103)
+    batches = DeviceBatches(images, labels, 16, shuffle=shuffle, augment=True)
+    for epoch in range(3):
+        batches.set_epoch(epoch)
+        order = visited(batches)
+        assert sorted(order) == list(range(103))
+        assert (order == list(range(103))) is not shuffle
+
+
+def test_same_seed_and_epoch_give_the_same_batches() -> None:
+    images, labels = dataset(50)
+
+    def epoch_batches(seed: int, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=seed)
+        batches.set_epoch(epoch)
+        return list(batches)
+
+    def same(a: list, b: list) -> bool:
+        return all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b))
+
+    reference = epoch_batches(seed=0, epoch=5)
+    assert same(reference, epoch_batches(seed=0, epoch=5))  # a resumed run replays it exactly
+    def order(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
+        return torch.cat([y for _, y in batches]).tolist()
+
+    assert order(reference) != order(epoch_batches(seed=0, epoch=6))  # another epoch, another order
+    assert order(reference) != order(epoch_batches(seed=1, epoch=5))
+    assert not same(reference, epoch_batches(seed=0, epoch=6))
+
+    # Same order but different augmentation is also caught: compare with augmentation off.
+    plain = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=0)
+    plain.set_epoch(5)
+    plain_batches = list(plain)
+    assert all(torch.equal(ya, yb) for (_, ya), (_, yb) in zip(reference, plain_batches))
+    assert not all(torch.equal(xa, xb) for (xa, _), (xb, _) in zip(reference, plain_batches))
+
+
+@pytest.mark.parametrize("crop_padding, flip", [(4, False), (0, True)])
+def test_crop_and_flip_can_be_used_alone(crop_padding: int, flip: bool) -> None:
+    images, labels = dataset(64)
+    batches = DeviceBatches(images, labels, 64, shuffle=False, augment=True, crop_padding=crop_padding, flip=flip)
+    x, _ = next(iter(batches))
+    plain = normalize(images)
+    unchanged = (x == plain).flatten(1).all(1)
+    mirrored = (x == plain.flip(-1)).flatten(1).all(1)
+    if flip:  # no crop: every image is itself or its mirror, and both happen
+        assert bool((unchanged | mirrored).all()) and 0 < int(mirrored.sum()) < 64
+    else:  # no flip: no image is mirrored (images are random, so a crop never looks like a mirror)
+        assert not bool(mirrored.any()) and not bool(unchanged.all())
+
+
+def test_the_epoch_set_last_is_the_one_iterated() -> None:
+    images, labels = dataset(40)
+    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=3)
+    first = visited(batches)
+    assert visited(batches) == first  # iterating twice replays the epoch: the trainer sets the next one
+    batches.set_epoch(1)
+    assert visited(batches) != first
+
+
+@pytest.mark.parametrize(
+    "n, batch_size, drop_last", [(10, 4, False), (10, 4, True), (12, 4, True), (3, 8, False), (3, 8, True), (0, 4, False)]
+)
+def test_len_matches_iteration(n: int, batch_size: int, drop_last: bool) -> None:
+    images, labels = dataset(n)
+    batches = DeviceBatches(images, labels, batch_size, shuffle=True, augment=True, drop_last=drop_last)
+    sizes = [len(y) for _, y in batches]
+    assert len(sizes) == len(batches)
+    if drop_last:
+        assert all(size == batch_size for size in sizes)
+    else:
+        assert sum(sizes) == n
+
+
+@pytest.mark.parametrize("n, world_size, drop_last", [(100, 4, False), (103, 4, False), (103, 4, True), (7, 3, False)])
+def test_rank_shards_are_equal_and_cover_the_epoch(n: int, world_size: int, drop_last: bool) -> None:
+    images, labels = dataset(n)
+    shards = []
+    for rank in range(world_size):
+        batches = DeviceBatches(
+            images, labels, 8, shuffle=True, augment=False, seed=7,
+            drop_last=drop_last, rank=rank, world_size=world_size,
+        )
+        batches.set_epoch(2)
+        shards.append(visited(batches))
+        assert len(list(batches)) == len(batches)
+    assert len({len(shard) for shard in shards}) == 1  # DDP needs the same batch count on every rank
+    assert len({len(DeviceBatches(images, labels, 8, shuffle=True, augment=False, rank=r, world_size=world_size,
+                                  drop_last=drop_last)) for r in range(world_size)}) == 1
+    everything = [i for shard in shards for i in shard]
+    if drop_last:  # cut: disjoint shards, no sample twice
+        assert len(set(everything)) == len(everything) >= n - world_size * 8
+    else:  # wrapped around: every sample seen, only the few padding samples twice
+        assert set(everything) == set(range(n))
+        assert len(everything) - n == -n % world_size
+        if n % world_size == 0:
+            assert len(set(everything)) == len(everything)  # disjoint
+
+
+def test_rejects_wrong_inputs() -> None:
+    images, labels = dataset(4)
+    with pytest.raises(ValueError):
+        DeviceBatches(images.float(), labels, 2, shuffle=False, augment=False)
+    with pytest.raises(ValueError):
+        DeviceBatches(images, labels[:3], 2, shuffle=False, augment=False)
+    with pytest.raises(ValueError):
+        DeviceBatches(images, labels, 2, shuffle=False, augment=False, rank=2, world_size=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_batches_stay_on_device_without_host_syncs_per_batch() -> None:
+    images, labels = dataset(1000, "cuda")
+    batches = DeviceBatches(images, labels, 64, shuffle=True, augment=True)
+    list(batches)  # warm-up: one-off constants are copied to the device once
+    iterator = iter(batches)
+    out = [next(iterator)]  # the epoch's permutation is drawn here, once per epoch
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # from now on any device-to-host sync raises
+    try:
+        out += list(iterator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(out) == len(batches) and all(x.is_cuda and y.is_cuda for x, y in out)

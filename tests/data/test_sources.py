@@ -1,0 +1,345 @@
+"""The three data sources: synthetic gratings, image folders/archives (with their cache), CIFAR-10."""
+
+from __future__ import annotations
+
+import io
+import socket
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitladder.data import sources
+from vitladder.data.augment import CIFAR10_MEAN
+from vitladder.data.sources import ImageSplits, load_cifar10, load_image_folder, make_synthetic
+from vitladder.errors import DataError
+
+# ---------------------------------------------------------------------------------------------
+# synthetic
+
+
+def test_synthetic_shapes_dtypes_and_balance() -> None:
+    s = make_synthetic(200, 50, seed=0)
+    assert s.train_images.shape == (200, 3, 32, 32) and s.train_images.dtype == torch.uint8
+    assert s.test_images.shape == (50, 3, 32, 32) and s.test_images.dtype == torch.uint8
+    assert s.train_labels.shape == (200,) and s.train_labels.dtype == torch.int64
+    assert len(s.classes) == 10 and len(set(s.classes)) == 10
+    assert s.train_labels.bincount(minlength=10).tolist() == [20] * 10
+    assert s.test_labels.bincount(minlength=10).tolist() == [5] * 10
+    assert make_synthetic(8, 8, image_size=16).train_images.shape == (8, 3, 16, 16)
+
+
+def test_synthetic_is_deterministic_given_seed() -> None:
+    a, b, c = make_synthetic(64, 16, seed=3), make_synthetic(64, 16, seed=3), make_synthetic(64, 16, seed=4)
+    for name in ("train_images", "train_labels", "test_images", "test_labels"):
+        assert torch.equal(getattr(a, name), getattr(b, name))
+    assert not torch.equal(a.train_images, c.train_images)
+
+
+def _nearest_centroid_accuracy(
+    train: torch.Tensor, y_train: torch.Tensor, test: torch.Tensor, y_test: torch.Tensor
+) -> float:
+    centroids = torch.stack([train[y_train == k].mean(0) for k in range(10)])  # (10, F)
+    predicted = torch.cdist(test, centroids).argmin(1)
+    return (predicted == y_test).float().mean().item()
+
+
+def test_synthetic_classes_share_colour_but_differ_in_space_and_survive_flips() -> None:
+    s = make_synthetic(5000, 1000, seed=0)
+    # Mean colour is the same law for every class: class means agree within sampling noise.
+    class_means = torch.stack([s.train_images[s.train_labels == k].float().mean((0, 2, 3)) for k in range(10)])
+    assert (class_means.amax(0) - class_means.amin(0)).max() < 8  # of 255
+    # ...so a colour-only classifier is at chance,
+    def colour(x: torch.Tensor) -> torch.Tensor:
+        return x.float().mean((2, 3))  # (N, 3)
+
+    colour_inputs = (colour(s.train_images), s.train_labels, colour(s.test_images), s.test_labels)
+    assert _nearest_centroid_accuracy(*colour_inputs) < 0.2
+
+    # ...while the spatial spectrum (orientation x frequency, phase-free) separates the classes.
+    def spectrum(x: torch.Tensor) -> torch.Tensor:
+        grey = x.float().mean(1)
+        return torch.fft.rfft2(grey - grey.mean((1, 2), keepdim=True)).abs().flatten(1)  # (N, F)
+
+    centroid_inputs = (spectrum(s.train_images), s.train_labels)
+    assert _nearest_centroid_accuracy(*centroid_inputs, spectrum(s.test_images), s.test_labels) > 0.9
+    # A horizontal flip (the ladder's augmentation) must not turn one class into another.
+    flipped = s.test_images.flip(-1)
+    assert _nearest_centroid_accuracy(*centroid_inputs, spectrum(flipped), s.test_labels) > 0.9
+
+
+# ---------------------------------------------------------------------------------------------
+# image folders and archives
+
+CLASSES = ("cat", "dog", "frog")  # written in this order on purpose: folders must come out sorted
+
+
+def _png(value: int, size: tuple[int, int] = (32, 32)) -> bytes:
+    # Each image is one flat colour that encodes its class and index, so labels can be checked.
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (value, 255 - value, 7)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _value(split: str, label: int, index: int) -> int:
+    return 100 * (split == "test") + 10 * label + index
+
+
+def make_tree(root: Path, n_train: int = 3, n_test: int = 2, classes: tuple[str, ...] = CLASSES) -> Path:
+    """root/train/<class>/<i>.png and root/test/<class>/<i>.png with known colours."""
+    for split, n in (("train", n_train), ("test", n_test)):
+        for label, name in enumerate(sorted(classes)):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                (folder / f"{i:04d}.png").write_bytes(_png(_value(split, label, i)))
+    return root
+
+
+def make_archive(folder: Path, archive: Path, wrapper: str | None = None) -> Path:
+    mode = {".xz": "w:xz", ".gz": "w:gz", ".tar": "w"}[archive.suffix]
+    with tarfile.open(archive, mode) as tar:
+        for child in sorted(folder.iterdir(), reverse=True):  # reversed: loading must not rely on tar order
+            tar.add(child, arcname=f"{wrapper}/{child.name}" if wrapper else child.name)
+    return archive
+
+
+def check_tree_splits(s: ImageSplits, n_train: int = 3, n_test: int = 2) -> None:
+    assert s.classes == ("cat", "dog", "frog")
+    for split, n in (("train", n_train), ("test", n_test)):
+        images, labels = getattr(s, f"{split}_images"), getattr(s, f"{split}_labels")
+        assert images.shape == (3 * n, 3, 32, 32) and images.dtype == torch.uint8
+        assert labels.tolist() == [k for k in range(3) for _ in range(n)]
+        expected = [_value(split, k, i) for k in range(3) for i in range(n)]
+        assert images[:, 0, 0, 0].tolist() == expected  # red channel: the image really is that class's
+        assert images[:, 1, 5, 5].tolist() == [255 - v for v in expected]  # RGB order kept
+        assert bool((images[:, 2] == 7).all())
+
+
+def test_image_folder_from_folder(tmp_path: Path) -> None:
+    splits = load_image_folder(make_tree(tmp_path / "imgs"), tmp_path / "cache")
+    check_tree_splits(splits)
+
+
+@pytest.mark.parametrize(
+    "name, wrapper", [("d.tar.xz", None), ("d.tar.xz", "cifar"), ("d.tar.gz", "x"), ("d.tar", None)]
+)
+def test_image_folder_from_archive(tmp_path: Path, name: str, wrapper: str | None) -> None:
+    archive = make_archive(make_tree(tmp_path / "imgs"), tmp_path / name, wrapper)
+    check_tree_splits(load_image_folder(archive, tmp_path / "cache"))
+
+
+def test_image_folder_ignores_hidden_files_and_loose_files(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "imgs")
+    (root / "README.txt").write_text("not an image")
+    (root / "train" / "labels.csv").write_text("loose file in train/")
+    (root / "train" / "cat" / "._0000.png").write_bytes(b"macOS resource fork")
+    (root / "train" / ".ipynb_checkpoints").mkdir()
+    check_tree_splits(load_image_folder(root, tmp_path / "cache"))
+
+
+def test_jpeg_images_are_decoded(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "imgs")
+    buffer = io.BytesIO()
+    Image.new("L", (32, 32), 200).save(buffer, format="JPEG")  # greyscale: converted to RGB
+    (root / "train" / "cat" / "0009.jpg").write_bytes(buffer.getvalue())
+    s = load_image_folder(root, tmp_path / "cache")
+    assert s.train_images.shape[0] == 10 and abs(int(s.train_images[3, :, 9, 9].float().mean()) - 200) <= 2
+
+
+def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object) -> None:
+        raise AssertionError("decoded again instead of reading the cache")
+
+    monkeypatch.setattr(sources, "_decode_image", fail)
+
+
+@pytest.mark.parametrize("kind", ["folder", "archive"])
+def test_cache_is_reused_then_invalidated_by_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    root = make_tree(tmp_path / "imgs")
+    source = root if kind == "folder" else make_archive(root, tmp_path / "d.tar.xz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(source, cache)
+    assert len(list(cache.glob("*.npz"))) == 1 and not list(cache.glob(".*tmp"))
+
+    with monkeypatch.context() as m:
+        _forbid_decoding(m)
+        second = load_image_folder(source, cache)
+        assert second.classes == first.classes
+        for name in ("train_images", "train_labels", "test_images", "test_labels"):
+            assert torch.equal(getattr(first, name), getattr(second, name))
+
+        # A changed source has another fingerprint, so it must be decoded again.
+        (root / "train" / "cat" / "0100.png").write_bytes(_png(1))
+        if kind == "archive":
+            make_archive(root, source)
+        with pytest.raises(AssertionError, match="decoded again"):
+            load_image_folder(source, cache)
+    assert load_image_folder(source, cache).train_images.shape[0] == 10
+
+
+def test_corrupted_cache_is_rebuilt(tmp_path: Path) -> None:
+    root, cache = make_tree(tmp_path / "imgs"), tmp_path / "cache"
+    load_image_folder(root, cache)
+    (cache_file,) = cache.glob("*.npz")
+    cache_file.write_bytes(cache_file.read_bytes()[:100])  # truncated, e.g. by a full disk
+    check_tree_splits(load_image_folder(root, cache))
+
+
+def test_unwritable_cache_dir_is_a_data_error(tmp_path: Path) -> None:
+    (tmp_path / "cache").write_text("a file where the cache folder should be")
+    with pytest.raises(DataError, match="cache"):
+        load_image_folder(make_tree(tmp_path / "imgs"), tmp_path / "cache")
+
+
+def _raises_data_error(source: Path, cache: Path, *needles: str) -> None:
+    with pytest.raises(DataError) as info:
+        load_image_folder(source, cache)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(source) in message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_missing_root_and_unsupported_files(tmp_path: Path) -> None:
+    _raises_data_error(tmp_path / "nowhere", tmp_path / "cache", "does not exist")
+    (tmp_path / "images.zip").write_bytes(b"PK")
+    _raises_data_error(tmp_path / "images.zip", tmp_path / "cache", "neither a folder nor")
+
+
+@pytest.mark.parametrize("name", ["d.tar.xz", "d.tar.gz", "d.tar"])
+def test_truncated_or_garbage_archive(tmp_path: Path, name: str) -> None:
+    archive = make_archive(make_tree(tmp_path / "imgs", n_train=30), tmp_path / name)
+    data = archive.read_bytes()
+    # Cut anywhere, including just before the end of a compressed stream (an interrupted copy).
+    cuts = [len(data) // 3, len(data) // 2, 2 * len(data) // 3] + ([len(data) - 10] if name != "d.tar" else [])
+    for cut in cuts:
+        archive.write_bytes(data[:cut])
+        _raises_data_error(archive, tmp_path / "cache", "truncated or corrupted")
+    archive.write_bytes(b"\x00\x01 this is not an archive" * 3)
+    _raises_data_error(archive, tmp_path / "cache", "truncated or corrupted")
+
+
+def _no_test(root: Path) -> None:
+    for f in sorted((root / "test").rglob("*"), reverse=True):
+        f.unlink() if f.is_file() else f.rmdir()
+    (root / "test").rmdir()
+
+
+def _no_train(root: Path) -> None:
+    (root / "train").rename(root / "training")
+
+
+def _no_classes(root: Path) -> None:
+    for f in sorted((root / "train").rglob("*"), reverse=True):
+        f.unlink() if f.is_file() else f.rmdir()
+
+
+def _empty_class(root: Path) -> None:
+    for f in (root / "test" / "dog").iterdir():
+        f.unlink()
+
+
+def _other_test_classes(root: Path) -> None:
+    (root / "test" / "frog").rename(root / "test" / "toad")
+
+
+def _not_an_image(root: Path) -> None:
+    (root / "train" / "dog" / "0001.png").write_bytes(b"this is text, not a PNG")
+
+
+def _wrong_size(root: Path) -> None:
+    (root / "test" / "cat" / "0000.png").write_bytes(_png(3, size=(64, 48)))
+
+
+BROKEN = {
+    "no test/": (_no_test, ("test/",)),
+    "no train/": (_no_train, ("train/",)),
+    "no class folders": (_no_classes, ("train/", "no class folders")),
+    "class without images": (_empty_class, ("test/dog", "no images")),
+    "test classes differ": (_other_test_classes, ("missing in test: frog", "extra in test: toad")),
+    "not an image": (_not_an_image, ("train/dog/0001.png", "not a decodable image")),
+    "wrong size": (_wrong_size, ("test/cat/0000.png", "64x48", "32x32")),
+}
+
+
+@pytest.mark.parametrize("kind", ["folder", "tar.xz"])
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_layout_and_image_errors_name_the_culprit(tmp_path: Path, case: str, kind: str) -> None:
+    break_it, needles = BROKEN[case]
+    root = make_tree(tmp_path / "imgs")
+    break_it(root)
+    source = root if kind == "folder" else make_archive(root, tmp_path / "d.tar.xz", wrapper="cifar")
+    _raises_data_error(source, tmp_path / "cache", *needles)
+    assert not list(tmp_path.glob("cache/*.npz"))  # nothing cached from a broken source
+
+
+# ---------------------------------------------------------------------------------------------
+# the real archive (decoded once per machine into <repo>/data/cache, then read back fast)
+
+
+def test_real_cifar10_jpeg_archive(cifar10_jpeg: ImageSplits) -> None:
+    s = cifar10_jpeg
+    assert s.classes == ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+    assert s.train_images.shape == (50_000, 3, 32, 32) and s.train_images.dtype == torch.uint8
+    assert s.test_images.shape == (10_000, 3, 32, 32) and s.test_images.dtype == torch.uint8
+    assert s.train_labels.bincount().tolist() == [5000] * 10
+    assert s.test_labels.bincount().tolist() == [1000] * 10
+    # Channel means match the published CIFAR-10 statistics: decoding and RGB order are right.
+    mean = s.train_images[::10].float().mean((0, 2, 3)) / 255
+    assert torch.allclose(mean, torch.tensor(CIFAR10_MEAN), atol=0.01)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchvision's CIFAR-10
+
+
+def test_cifar10_without_network_is_one_helpful_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def offline(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)  # fast and deterministic, network or not
+    timeout_before = socket.getdefaulttimeout()
+    with pytest.raises(DataError) as info:
+        load_cifar10(tmp_path / "data", download=True)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "could not download CIFAR-10" in message and str(tmp_path / "data") in message
+    assert "data.root=" in message and "data=imagefolder" in message
+    assert socket.getdefaulttimeout() == timeout_before  # the download timeout was restored
+
+
+def test_cifar10_missing_without_download(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="not found"):
+        load_cifar10(tmp_path, download=False)
+
+
+class FakeCIFAR10:
+    """Stands in for torchvision's CIFAR10: HWC uint8 ``data`` and list ``targets``."""
+
+    classes = ["airplane", "automobile"]
+
+    def __init__(self, root: str, train: bool, download: bool) -> None:
+        n = 4 if train else 2
+        self.data = np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)
+        self.targets = [i % 2 for i in range(n)]
+
+
+def test_cifar10_converts_hwc_to_chw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchvision.datasets
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    s = load_cifar10(tmp_path)
+    hwc = FakeCIFAR10("", True, False).data
+    assert s.train_images.shape == (4, 3, 32, 32) and s.test_images.shape == (2, 3, 32, 32)
+    assert torch.equal(s.train_images, torch.from_numpy(hwc).permute(0, 3, 1, 2))
+    assert s.train_labels.tolist() == [0, 1, 0, 1] and s.train_labels.dtype == torch.int64
+    assert s.classes == ("airplane", "automobile")

@@ -1,0 +1,23 @@
+"""Configs for training tests: the smoke profile on a small synthetic set, writing under tmp_path."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitladder.config import compose_rung
+
+TINY_DATA = ["data=synthetic", "data.num_train=1200", "data.num_test=200", "data.val_size=200", "data.train_subset=null",
+             "data.test_subset=null", "data.batch_size=64"]
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    """compose_rung for a CPU-second run: smoke width, tiny synthetic data, no progress bar."""
+
+    def make(rung: str, *overrides: str):
+        return compose_rung(
+            rung,
+            ["profile=smoke", *TINY_DATA, f"output_root={tmp_path}", "trainer.progress_bar=false", *overrides],
+        )
+
+    return make

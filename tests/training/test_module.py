@@ -1,0 +1,99 @@
+"""The LightningModule: one training step of every rung, the schedule, MixUp and the NaN guard."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from vitladder.config import RUNGS
+from vitladder.data.datamodule import ImageDataModule
+from vitladder.training.module import TrainingDiverged
+from vitladder.training.run import build_module
+
+
+def fit(cfg, module, **trainer_kwargs):
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, **trainer_kwargs,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return trainer
+
+
+@pytest.mark.parametrize("rung", RUNGS)
+def test_one_training_step_of_every_rung(tiny_cfg, rung):
+    cfg = tiny_cfg(rung)
+    module = build_module(cfg, num_classes=10)
+    assert module.model.patch_embed.patch_size == (cfg.model.patch_size,) * 2
+    assert (module.mixup is not None) == (cfg.mixup.mixup_alpha > 0)
+    before = {k: v.clone() for k, v in module.model.state_dict().items()}
+    trainer = fit(cfg, module, fast_dev_run=1)
+    after = module.model.state_dict()
+    assert trainer.global_step == 1
+    assert any(not torch.equal(before[k], after[k]) for k in before), "one step must change the weights"
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert 0.0 <= float(trainer.callback_metrics["val/acc"]) <= 1.0
+
+
+def test_drop_path_rises_over_the_blocks(tiny_cfg):
+    module = build_module(tiny_cfg("stochastic_depth"), num_classes=10)
+    rates = [block.drop_path1.drop_prob for block in module.model.blocks[1:]]
+    assert rates == sorted(rates) and rates[-1] == pytest.approx(0.1)
+
+
+class RecordLR(L.Callback):
+    def __init__(self):
+        self.lrs = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize("rung", ["patch4", "warmup"])
+def test_learning_rate_warms_up_then_decays_by_cosine(tiny_cfg, rung):
+    # 4 epochs of 5 steps; the warmup rung warms up for 2 of them (50 of 100 epochs, scaled by 0.04)
+    warmup = rung == "warmup"
+    cfg = tiny_cfg(rung, "profile.epoch_scale=0.04", *(["optim.warmup_epochs=50"] if warmup else []))
+    recorder = RecordLR()
+    fit(cfg, build_module(cfg, num_classes=10), max_epochs=4, limit_train_batches=5, limit_val_batches=0,
+        callbacks=[recorder])
+    lrs, peak = recorder.lrs, cfg.optim.lr
+    assert len(lrs) == 20
+    top = max(range(len(lrs)), key=lrs.__getitem__)
+    if warmup:
+        assert lrs[0] == pytest.approx(cfg.optim.warmup_start_lr) and top == 10 and lrs[top] == pytest.approx(peak)
+        assert all(a < b for a, b in zip(lrs[:top], lrs[1 : top + 1])), "linear warmup rises every step"
+    else:
+        assert top == 0 and lrs[0] == pytest.approx(peak)
+    assert all(a > b for a, b in zip(lrs[top:], lrs[top + 1 :])), "cosine decay falls every step"
+    assert lrs[-1] < 0.05 * peak
+
+
+def test_nan_loss_stops_with_a_clear_message(tiny_cfg):
+    cfg = tiny_cfg("patch8", "optim.lr=1e30")
+    module = build_module(cfg, num_classes=10)
+    with pytest.raises(TrainingDiverged, match=r"epoch 0.*lower optim.lr"):
+        fit(cfg, module, max_epochs=2, limit_val_batches=0)
+
+
+class RecordBatches(L.Callback):
+    def __init__(self):
+        self.first_labels = {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch_idx == 0:
+            self.first_labels[trainer.current_epoch] = batch[1][:16].clone()
+
+
+def test_each_epoch_trains_on_its_own_order_of_the_data(tiny_cfg):
+    cfg = tiny_cfg("patch8")
+    recorder = RecordBatches()
+    module = build_module(cfg, num_classes=10)
+    trainer = fit(cfg, module, max_epochs=3, limit_train_batches=1, limit_val_batches=0, callbacks=[recorder])
+    batches = trainer.datamodule.train_dataloader()
+    for epoch in range(3):
+        expected = batches.labels[batches.indices(epoch)[:16]]
+        assert torch.equal(recorder.first_labels[epoch], expected), f"epoch {epoch} replayed another epoch's order"
+    assert not torch.equal(recorder.first_labels[0], recorder.first_labels[1])

@@ -1,0 +1,93 @@
+"""One rung end to end: its folder, its W&B run read back, skipping when finished, learning real data."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitladder.model import ViTConfig, build_vit
+from vitladder.training.run import RunPaths, is_finished, train_rung
+
+
+def read_wandb_summary(run_dir: Path) -> dict:
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    result = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(run_dir / "wandb")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
+    cfg = tiny_cfg("mixup_cutmix", "profile.epoch_scale=0.02")  # 2 epochs
+    summary = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    assert paths.root == Path(cfg.output_root) / "smoke" / "mixup_cutmix"
+    for path in (paths.config, paths.last_ckpt, paths.model, paths.metrics_csv, paths.done):
+        assert path.is_file(), path
+    assert summary == json.loads(paths.done.read_text()) and summary["epochs"] == 2
+
+    rows = list(csv.DictReader(paths.metrics_csv.open()))
+    per_epoch = {}
+    for row in rows:
+        if row.get("test/acc"):
+            continue  # the test row, written once at the end
+        for key, value in row.items():
+            if value:
+                per_epoch.setdefault(row["epoch"], {})[key] = float(value)
+    assert sorted(per_epoch) == ["0", "1"]
+    for epoch in per_epoch.values():
+        assert {"train/loss", "train/acc", "val/loss", "val/acc", "lr"} <= set(epoch)
+    assert float([row for row in rows if row.get("test/acc")][0]["test/acc"]) == pytest.approx(summary["test_acc"])
+
+    saved = torch.load(paths.model, map_location="cpu")
+    model = build_vit(ViTConfig(**saved["vit_config"]))
+    model.load_state_dict(saved["state_dict"])  # strict: no `_orig_mod.` or Lightning prefixes
+    assert saved["rung"] == "mixup_cutmix" and len(saved["classes"]) == 10
+
+    wandb_summary = read_wandb_summary(paths.root)
+    text = json.dumps(wandb_summary)
+    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr"):
+        assert key in text, key
+    assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key
+
+
+def test_a_finished_rung_is_skipped_untouched(tiny_cfg):
+    cfg = tiny_cfg("patch8")
+    first = train_rung(cfg)
+    done = RunPaths(Path(cfg.run_dir)).done
+    stamp = done.stat().st_mtime_ns
+    assert is_finished(cfg.run_dir) and train_rung(cfg) == first
+    assert done.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_the_smoke_model_learns_synthetic_data(tmp_path):
+    from vitladder.config import compose_rung
+
+    cfg = compose_rung("warmup", ["profile=smoke", f"output_root={tmp_path}", "trainer.progress_bar=false",
+                                  "profile.epoch_scale=0.06", "data.train_subset=4000"])
+    summary = train_rung(cfg)
+    assert summary["val_acc"] > 0.90, summary
+
+
+@pytest.mark.slow
+def test_a_short_run_on_real_cifar10_clearly_beats_chance(tmp_path, cifar10_archive, cifar10_cache_dir):
+    from vitladder.config import compose_rung
+
+    cfg = compose_rung("warmup", [
+        "profile=smoke", "data=imagefolder", f"data.root={cifar10_archive}", f"data.cache_dir={cifar10_cache_dir}",
+        "data.train_subset=10000", "data.test_subset=2000", "data.val_size=1000", "model.embed_dim=96",
+        "profile.epoch_scale=0.05", f"output_root={tmp_path}", "trainer.progress_bar=false",
+    ])
+    summary = train_rung(cfg)
+    print(f"real CIFAR-10 subset: test acc {summary['test_acc']:.3f} in {summary['seconds']} s")
+    assert summary["test_acc"] > 0.30, summary  # chance is 0.10
