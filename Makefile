@@ -9,11 +9,12 @@ DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.x
 SEEDS ?= 0             # e.g. 0,1,2: every rung once per seed
 LADDER ?=              # name of the ladder folder under outputs/ (default: the profile's name)
 ARGS ?=                # more Hydra overrides, e.g. ARGS="trainer.devices=2"
+RUN ?= outputs/full/epochs200  # make demo: the run folder (or checkpoint) to export
 
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test report clean-venv
+.PHONY: help ladder test report demo bench clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,6 +28,15 @@ $(STAMP): pyproject.toml
 
 ladder: $(STAMP)  ## train every rung in order (skips finished ones), analyse each, write the report
 	$(PY) scripts/ladder.py $(LADDER_ARGS)
+
+report: $(STAMP)  ## rebuild outputs/<ladder>/report.md from the finished rungs
+	$(PY) scripts/report.py outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
+
+demo: $(STAMP)  ## export the browser demo of RUN (a run folder or checkpoint)
+	$(PY) scripts/export_demo.py $(strip $(RUN))
+
+bench: $(STAMP)  ## benchmark the training loop against a bare PyTorch loop; writes outputs/bench.json
+	$(PY) scripts/bench.py
 
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest -q

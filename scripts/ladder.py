@@ -24,8 +24,14 @@ def main(argv: list[str] | None = None) -> None:
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
+    from vitladder.report.ladder_report import build_report, log_report_to_wandb
+
     summaries = run_ladder(runs, train_rung, estimate_ladder)
-    print(f"ladder '{runs[0].cfg.ladder}' finished: {len(summaries)} runs in {runs[0].run_dir.parent}")
+    cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent
+    report = build_report(ladder_dir)
+    log_report_to_wandb(ladder_dir, project=cfg.wandb.project, group=cfg.ladder, mode=cfg.wandb.mode,
+                        entity=cfg.wandb.entity)
+    print(f"ladder '{cfg.ladder}' finished: {len(summaries)} runs; report in {report}")
 
 
 if __name__ == "__main__":

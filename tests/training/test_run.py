@@ -53,9 +53,17 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     model.load_state_dict(saved["state_dict"])  # strict: no `_orig_mod.` or Lightning prefixes
     assert saved["rung"] == "mixup_cutmix" and len(saved["classes"]) == 10
 
+    analysis = paths.root / "analysis"
+    with (analysis / "heads.csv").open() as heads:
+        rows = list(csv.DictReader(heads))
+    assert len(rows) == 42 and list(rows[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert len(list(analysis.glob("*.png"))) >= 3
+    assert summary["uniform_distance_px"] == pytest.approx(16.546, abs=1e-3)
+
     wandb_summary = read_wandb_summary(paths.root)
     text = json.dumps(wandb_summary)
-    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr"):
+    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr", "analysis/layer1/mean_distance_px",
+                "analysis/layer6/entropy_nats", "analysis/layer0/cls_share"):
         assert key in text, key
     assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key
 

@@ -13,6 +13,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
+from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.analysis.outputs import analysis_summary_for_done
 from vitladder.atomic import atomic_path, write_json, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
@@ -47,6 +49,10 @@ class RunPaths:
     @property
     def metrics_csv(self) -> Path:
         return self.root / "metrics.csv"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
 
     @property
     def done(self) -> Path:
@@ -114,14 +120,19 @@ def train_rung(cfg: DictConfig) -> dict:
     checkpoint = ModelCheckpoint(
         dirpath=str(paths.checkpoints), save_last=True, save_top_k=0, save_on_train_epoch_end=True
     )
+    analysis = AttentionAnalysis.from_config(
+        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size)
+    )
     max_epochs, _ = scaled_epochs(cfg)
     trainer = L.Trainer(
         max_epochs=max_epochs,
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
+        strategy=cfg.trainer.strategy,
+        max_time=cfg.trainer.max_time,
         precision=resolve_precision(cfg.trainer.precision),
         logger=[wandb_logger, csv_logger],
-        callbacks=[checkpoint],
+        callbacks=[checkpoint, analysis],
         default_root_dir=str(paths.root),
         enable_progress_bar=bool(cfg.trainer.progress_bar),
         enable_model_summary=False,
@@ -143,6 +154,8 @@ def train_rung(cfg: DictConfig) -> dict:
         "val_acc": val_acc,
         "seconds": round(time.time() - started, 1),
     }
+    if analysis.summary is not None:
+        summary.update(analysis_summary_for_done(analysis.summary))
     if trainer.is_global_zero:
         save_model(module, paths, datamodule.classes, cfg)
         wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})

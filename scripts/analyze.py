@@ -1,0 +1,68 @@
+"""Analyse the attention of any model the training wrote: what the callback writes after fitting.
+
+    python scripts/analyze.py outputs/full/warmup                      # a run folder
+    python scripts/analyze.py outputs/full/warmup/checkpoints/last.ckpt --images 200
+    python scripts/analyze.py model.pt --out /tmp/analysis data.root=/elsewhere/cifar10-jpeg.tar.xz
+
+The test images are the run's own: its config.yaml rebuilds the same seeded test split, and the
+first N of them are analysed. ``key=value`` overrides change that config (e.g. where the data
+now lives); a model.pt outside any run folder composes its rung's config with them instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from vitladder.cli import reports_user_errors
+
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path, help="a run folder, a model.pt or a Lightning .ckpt")
+    parser.add_argument("--images", type=int, default=None, help="the first N test images (default: analysis.num_images)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: <run>/analysis)")
+    parser.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu or cuda (default: cuda if present)")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.root=PATH")
+    args = parser.parse_args(argv)
+
+    from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
+    from vitladder.analysis.outputs import read_tracking, write_analysis
+    from vitladder.analysis.summary import analyse
+    from vitladder.errors import UserError
+
+    model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
+    cfg = load_run_config(meta, args.overrides)
+    images, labels, classes = test_split(cfg)
+    n = min(args.images or int(cfg.analysis.num_images), len(images))
+    if n < 1:
+        raise UserError(f"--images must be at least 1, got {args.images}")
+    if args.out is not None:
+        out = args.out
+    elif meta.run_dir is not None:
+        out = meta.run_dir / "analysis"
+    else:
+        out = meta.path.parent / f"{meta.path.stem}-analysis"
+    started = time.perf_counter()
+    summary = analyse(model.to(args.device), images[:n], args.batch_size or int(cfg.analysis.batch_size),
+                      int(meta.vit_config.patch_size), labels=labels[:n],
+                      example_index=min(int(cfg.analysis.example_image), n - 1))
+    history = meta.history or read_tracking(out)
+    write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
+    print(f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
+          f"layer-1 distance {summary.layers.distance_px[min(1, summary.num_layers - 1)]:.1f} px "
+          f"(uniform {summary.uniform_distance_px:.1f}); files in {out}")
+    return out
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Rebuild a ladder's report from its finished rungs: what `make report` runs.
+
+    python scripts/report.py outputs/full [--wandb-mode auto|online|offline|disabled] [--project NAME]
+
+Writes report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png and explainer.png into
+the ladder folder, then logs them as a W&B run of job type "report" in the ladder's group.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vitladder.cli import reports_user_errors
+
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ladder_dir", type=Path, help="e.g. outputs/full: holds one folder per rung")
+    parser.add_argument("--wandb-mode", default="auto", help="auto (online when logged in), online, offline, disabled")
+    parser.add_argument("--project", default=None, help="W&B project (default: the runs' wandb.project)")
+    parser.add_argument("--entity", default=None, help="W&B entity (default: yours)")
+    args = parser.parse_args(argv)
+
+    from vitladder.errors import UserError
+    from vitladder.report.ladder_report import build_report, collect, log_report_to_wandb
+
+    if not args.ladder_dir.is_dir():
+        raise UserError(f"{args.ladder_dir}: no such ladder folder (train one with `make ladder`)")
+    results = collect(args.ladder_dir)
+    if not results:
+        raise UserError(f"{args.ladder_dir}: no finished rung (no <rung>/done.json) to report on yet")
+    report = build_report(args.ladder_dir)
+    run_id = log_report_to_wandb(args.ladder_dir, project=args.project, mode=args.wandb_mode, entity=args.entity)
+    runs = sum(len(r.runs) for r in results)
+    print(f"report of {len(results)} rungs ({runs} runs) written to {report}"
+          + (f"; W&B run {run_id}" if run_id else ""))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Load any model the training wrote, and the test images its run was evaluated on.
+
+Accepted: a run folder (``<run>/checkpoints/model.pt``, else ``last.ckpt``), a ``model.pt``
+(``vitladder-model/1``), or a Lightning checkpoint (``last.ckpt``: the ViT's weights under
+``model.``, possibly with ``_orig_mod.`` from a compiled model). Anything else raises a
+one-line ``CheckpointError`` naming the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from vitladder.errors import CheckpointError, UserError
+from vitladder.model import ViTConfig, build_vit
+
+__all__ = ["LoadedModel", "find_checkpoint", "load_model", "load_run_config", "test_split"]
+
+MODEL_FORMAT = "vitladder-model/1"
+
+
+@dataclass
+class LoadedModel:
+    """What is known about a loaded model besides its weights."""
+
+    path: Path  # the checkpoint file read
+    kind: str  # "model.pt" or "lightning"
+    vit_config: ViTConfig
+    run_dir: Path | None  # the run folder it belongs to, when it sits in one
+    rung: str | None = None
+    ladder: str | None = None
+    classes: tuple[str, ...] | None = None
+    history: list[dict] = field(default_factory=list)  # the callback's tracking history (Lightning only)
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint file for ``path``: itself, or a run folder's model.pt (else last.ckpt)."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "model.pt", path / "checkpoints" / "last.ckpt"):
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(f"{path}: no checkpoints/model.pt or checkpoints/last.ckpt in this folder")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file or run folder")
+    return path
+
+
+def _run_dir_of(ckpt: Path) -> Path | None:
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    return run if (run / "config.yaml").is_file() else None
+
+
+def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """Keys under ``prefix`` without it, with any ``_orig_mod.`` (torch.compile) removed."""
+    return {k[len(prefix):].replace("_orig_mod.", ""): v for k, v in state_dict.items() if k.startswith(prefix)}
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # truncated, garbage, or not a torch file at all
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint ({reason[:160]})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
+    return data
+
+
+def _history(data: dict) -> list[dict]:
+    for state in (data.get("callbacks") or {}).values():
+        if isinstance(state, dict) and isinstance(state.get("history"), list):
+            return state["history"]
+    return []
+
+
+def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
+    """(the ViT in eval mode on the CPU, what is known about it) for a run folder or checkpoint file."""
+    ckpt = find_checkpoint(path)
+    data = _read(ckpt)
+    run_dir = _run_dir_of(ckpt)
+    try:
+        if data.get("format") == MODEL_FORMAT:
+            meta = LoadedModel(ckpt, "model.pt", ViTConfig(**data["vit_config"]), run_dir, data.get("rung"),
+                               data.get("ladder"), tuple(data["classes"]) if data.get("classes") else None)
+            state_dict = _strip(data["state_dict"], "")
+        elif "state_dict" in data and "hyper_parameters" in data:
+            meta = LoadedModel(ckpt, "lightning", ViTConfig(**data["hyper_parameters"]["model"]), run_dir,
+                               history=_history(data))
+            state_dict = _strip(data["state_dict"], "model.")
+        else:
+            raise CheckpointError(f"{ckpt}: not a checkpoint this project wrote (no model.pt format or Lightning state)")
+        model = build_vit(meta.vit_config)
+        model.load_state_dict(state_dict)
+    except (KeyError, TypeError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{ckpt}: does not hold this project's ViT ({first[:160]})") from None
+    return model.eval(), meta
+
+
+def load_run_config(meta: LoadedModel, overrides: Sequence[str] = ()) -> DictConfig:
+    """The run's config.yaml with ``key=value`` overrides; without a run folder, the rung composed afresh."""
+    if meta.run_dir is not None:
+        cfg = OmegaConf.load(meta.run_dir / "config.yaml")
+        try:
+            return OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
+        except Exception as error:
+            raise UserError(f"bad override in {list(overrides)}: {str(error).splitlines()[0]}") from None
+    if meta.rung is None:
+        raise UserError(f"{meta.path} sits in no run folder (no config.yaml) and names no rung: pass a run folder")
+    from vitladder.config import compose_rung
+
+    return compose_rung(meta.rung, overrides)
+
+
+def test_split(cfg: DictConfig) -> tuple[Tensor, Tensor, tuple[str, ...]]:
+    """The run's test split, in the same seeded order as in training: (images uint8, labels, classes)."""
+    from vitladder.data.datamodule import load_source, split_train_val_test
+
+    data = cfg.data
+    splits = load_source(data)
+    _, _, test = split_train_val_test(splits, val_size=int(data.val_size), split_seed=int(data.split_seed),
+                                      train_subset=data.train_subset, test_subset=data.test_subset)
+    return test.images, test.labels, tuple(splits.classes)
+

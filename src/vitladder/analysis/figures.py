@@ -1,0 +1,162 @@
+"""PNG figures of attention summaries (matplotlib's object API with the Agg canvas; no pyplot state).
+
+Every figure is written atomically: to a temporary name, then renamed onto its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from vitladder.analysis.summary import ExampleAttention, query_metrics
+from vitladder.analysis.synthetic_heads import EXPLAINER_GRID, EXPLAINER_PATCH, head_row
+from vitladder.atomic import atomic_path
+
+__all__ = [
+    "plot_cls_attention",
+    "plot_explainer",
+    "plot_heads",
+    "plot_layer_lines",
+    "plot_tracking",
+    "save_figure",
+]
+
+CMAP = "inferno"
+EXPLAINER_PATCH_PX = 4
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Render ``fig`` to a PNG at ``path`` atomically."""
+    FigureCanvasAgg(fig)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+    return Path(path)
+
+
+def plot_heads(values: np.ndarray, uniform: float, ylabel: str, title: str, path: str | Path) -> Path:
+    """Per-head dots, the per-layer mean as a line and the uniform value dashed; ``values`` is (L, H)."""
+    values = np.asarray(values, dtype=float)  # (L, H)
+    layers = np.arange(values.shape[0])
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for h in range(values.shape[1]):
+        ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
+    ax.plot(layers, values.mean(axis=1), "o-", color="black", label="layer mean (6 heads)" if values.shape[1] == 6
+            else "layer mean")
+    ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
+    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=layers, ylim=(0, 1.1 * max(values.max(), uniform)))
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def _show_map(ax, values: np.ndarray, grid: int) -> None:
+    """One attention map on its grid, scaled to its own maximum."""
+    grid_map = np.asarray(values, dtype=float).reshape(grid, grid)
+    ax.imshow(grid_map, cmap=CMAP, vmin=0.0, vmax=max(float(grid_map.max()), 1e-12))
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: str | Path) -> Path:
+    """The CLS token's attention for every layer x head, the head mean and the rollout, beside the image."""
+    cls_maps = example.cls_maps.float().numpy()  # (L, H, N)
+    rollout = example.rollout_by_layer.float().numpy()  # (L, N)
+    num_layers, num_heads, _ = cls_maps.shape
+    cols = 2 + num_heads + 2  # image, a spacer for the row labels, heads, mean, rollout
+    fig = Figure(figsize=(1.3 * (cols - 0.7), 1.3 * num_layers + 0.5))
+    axes = fig.subplots(num_layers, cols, squeeze=False,
+                        gridspec_kw={"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08})
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.03, top=1 - 0.6 / (1.3 * num_layers + 0.5))
+    for l in range(num_layers):
+        axes[l, 0].axis("off")
+        axes[l, 1].axis("off")
+        for h in range(num_heads):
+            _show_map(axes[l, 2 + h], cls_maps[l, h], grid)
+        _show_map(axes[l, 2 + num_heads], cls_maps[l].mean(axis=0), grid)
+        _show_map(axes[l, 3 + num_heads], rollout[l], grid)
+        axes[l, 2].set_ylabel(f"layer {l}")
+    axes[0, 0].imshow(example.image.permute(1, 2, 0).numpy())
+    axes[0, 0].set_title("image", fontsize=9)
+    for h in range(num_heads):
+        axes[0, 2 + h].set_title(f"head {h}", fontsize=9)
+    axes[0, 2 + num_heads].set_title("head mean", fontsize=9)
+    axes[0, 3 + num_heads].set_title("rollout to here", fontsize=9)
+    fig.suptitle(title)
+    axes[-1, 0].text(0.0, 0.0, "each map\nscaled to its\nown maximum", fontsize=8, color="gray",
+                     transform=axes[-1, 0].transAxes)
+    return save_figure(fig, path)
+
+
+def plot_explainer(path: str | Path) -> Path:
+    """Three made-up heads for one patch of the 8x8 grid: local, focused but far, uniform."""
+    grid, (row, col) = EXPLAINER_GRID, EXPLAINER_PATCH
+    query = row * grid + col
+    panels = (("local", "local"), ("far", "focused but far"), ("uniform", "uniform"))
+    fig = Figure(figsize=(9, 3.4))
+    axes = fig.subplots(1, len(panels))
+    for ax, (kind, name) in zip(axes, panels):
+        attention = head_row(kind, grid, row, col)  # (N,)
+        distance, entropy = query_metrics(attention, grid, EXPLAINER_PATCH_PX, query)
+        _show_map(ax, attention.numpy(), grid)
+        ax.set_xticks(np.arange(grid + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(grid + 1) - 0.5, minor=True)
+        ax.grid(which="minor", color="gray", linewidth=0.6)
+        ax.tick_params(which="minor", length=0)
+        ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="tab:blue", linewidth=2.5))
+        ax.set_title(f"{name}\n{distance:.1f} px, {entropy:.2f} nats", fontsize=10)
+    fig.suptitle(f"Three made-up heads for the patch at row {row}, column {col} (outlined), over the "
+                 f"{grid * grid} patches only\n(each map scaled to its own maximum)", fontsize=10)
+    return save_figure(fig, path)
+
+
+def _layer_colors(num_layers: int) -> list:
+    cmap = colormaps["viridis"]
+    return [cmap(i / max(num_layers - 1, 1)) for i in range(num_layers)]
+
+
+def plot_tracking(history: Sequence[Mapping[str, float]], uniform_distance: float, uniform_entropy: float,
+                  title: str, path: str | Path) -> Path:
+    """Per-layer distance and entropy over training; ``history`` rows have epoch, layer, distance, entropy."""
+    layers = sorted({int(r["layer"]) for r in history})
+    colors = _layer_colors(len(layers))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
+    for ax, key, uniform, ylabel in ((axes[0], "distance", uniform_distance, "mean attention distance (px)"),
+                                     (axes[1], "entropy", uniform_entropy, "entropy (nats)")):
+        for color, layer in zip(colors, layers):
+            rows = sorted((r for r in history if int(r["layer"]) == layer), key=lambda r: r["epoch"])
+            ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], "o-", ms=3, color=color, label=f"layer {layer}")
+        ax.axhline(uniform, ls="--", color="tab:red", label="uniform")
+        top = max([r[key] for r in history] + [uniform])
+        ax.set(xlabel="epochs trained (0: initialisation)", ylabel=ylabel, ylim=(0, 1.1 * top))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def plot_layer_lines(series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str,
+                     title: str, path: str | Path) -> Path:
+    """One line per named series over the layers (e.g. one per rung), reference values dashed."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    cmap = colormaps["plasma"]
+    for i, (name, values) in enumerate(series.items()):
+        ax.plot(np.arange(len(values)), values, "o-", ms=4, color=cmap(0.9 * i / max(len(series) - 1, 1)), label=name)
+    for style, (name, value) in zip(("--", ":", "-."), references.items()):
+        ax.axhline(value, ls=style, lw=1.2, color="gray", label=name)
+    num_layers = max((len(v) for v in series.values()), default=0)
+    top = max([max(v) for v in series.values() if len(v)] + list(references.values()) + [1e-9])
+    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=np.arange(num_layers), ylim=(0, 1.1 * top))
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)

@@ -1,0 +1,140 @@
+"""A run's analysis folder: per-head and per-layer CSVs, the tracking history, and the PNG figures.
+
+Written by the training callback after fitting and by ``scripts/analyze.py`` for any checkpoint;
+read back by the ladder report. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from vitladder.analysis import figures
+from vitladder.analysis.summary import AttentionSummary
+from vitladder.atomic import write_text
+
+__all__ = [
+    "HEADS_COLUMNS",
+    "LAYERS_COLUMNS",
+    "TRACKING_COLUMNS",
+    "analysis_summary_for_done",
+    "head_rows",
+    "layer_rows",
+    "read_csv",
+    "write_analysis",
+    "write_csv",
+]
+
+HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
+HEADS_COLUMNS = ("layer", "head", "mean_distance_px", "entropy_nats", "cls_share", "mean_distance_drop_px")
+LAYERS_COLUMNS = ("layer", "mean_distance_px", "entropy_nats", "cls_share", "uniform_distance_px",
+                  "uniform_entropy_nats", "mean_distance_drop_px")
+TRACKING_COLUMNS = ("epoch", "layer", "distance", "entropy")  # epoch: epochs trained, 0 = initialisation
+
+
+def _num(value: float) -> float:
+    return round(float(value), 6)
+
+
+def head_rows(summary: AttentionSummary) -> list[dict]:
+    """One row per head, layer-major: ``L * H`` rows in HEADS_COLUMNS."""
+    heads = summary.heads
+    return [
+        {"layer": l, "head": h, "mean_distance_px": _num(heads.distance_px[l, h]),
+         "entropy_nats": _num(heads.entropy_nats[l, h]), "cls_share": _num(heads.cls_share[l, h]),
+         "mean_distance_drop_px": _num(heads.distance_drop_px[l, h])}
+        for l in range(summary.num_layers)
+        for h in range(summary.num_heads)
+    ]
+
+
+def layer_rows(summary: AttentionSummary) -> list[dict]:
+    """One row per layer (mean of its heads) in LAYERS_COLUMNS."""
+    layers = summary.layers
+    return [
+        {"layer": l, "mean_distance_px": _num(layers.distance_px[l]), "entropy_nats": _num(layers.entropy_nats[l]),
+         "cls_share": _num(layers.cls_share[l]), "uniform_distance_px": _num(summary.uniform_distance_px),
+         "uniform_entropy_nats": _num(summary.uniform_entropy_nats),
+         "mean_distance_drop_px": _num(layers.distance_drop_px[l])}
+        for l in range(summary.num_layers)
+    ]
+
+
+def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())
+    return Path(path)
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_tracking(out_dir: str | Path) -> list[dict]:
+    """The tracking history of an analysis folder, or [] when it has none."""
+    path = Path(out_dir) / TRACKING_CSV
+    if not path.exists():
+        return []
+    return [{"epoch": int(r["epoch"]), "layer": int(r["layer"]), "distance": float(r["distance"]),
+             "entropy": float(r["entropy"])} for r in read_csv(path)]
+
+
+def analysis_summary_for_done(summary: AttentionSummary) -> dict:
+    """Headline numbers for done.json (named like the columns of the ladder's ladder.csv)."""
+    layers = summary.layers
+    layer = 1 if summary.num_layers > 1 else 0
+    return {
+        "layer1_distance_px": _num(layers.distance_px[layer]),
+        "uniform_distance_px": _num(summary.uniform_distance_px),
+        "layer1_entropy_nats": _num(layers.entropy_nats[layer]),
+        "uniform_entropy_nats": _num(summary.uniform_entropy_nats),
+        "analysis_images": summary.num_images,
+    }
+
+
+def write_analysis(
+    summary: AttentionSummary,
+    out_dir: str | Path,
+    rung: str,
+    classes: Sequence[str] | None = None,
+    history: Sequence[Mapping] | None = None,
+) -> dict[str, Path]:
+    """Write the CSVs and figures of one run into ``out_dir``; returns {name: path}.
+
+    ``history`` (tracking rows: epoch, layer, distance, entropy) adds tracking.csv and locality.png.
+    """
+    out = Path(out_dir)
+    where = f"{summary.num_images} test images"
+    written = {
+        "heads": write_csv(out / HEADS_CSV, HEADS_COLUMNS, head_rows(summary)),
+        "layers": write_csv(out / LAYERS_CSV, LAYERS_COLUMNS, layer_rows(summary)),
+        "distance": figures.plot_heads(summary.heads.distance_px.numpy(), summary.uniform_distance_px,
+                                       "mean attention distance (px)", f"{rung}: distance per head ({where})",
+                                       out / "distance.png"),
+        "entropy": figures.plot_heads(summary.heads.entropy_nats.numpy(), summary.uniform_entropy_nats,
+                                      "entropy (nats)", f"{rung}: entropy per head ({where})", out / "entropy.png"),
+        "explainer": figures.plot_explainer(out / "explainer.png"),
+    }
+    example = summary.example
+    if example is not None:
+        def name(index: int | None) -> str:
+            if index is None:
+                return "?"
+            return classes[index] if classes and index < len(classes) else str(index)
+
+        title = f"{rung}: CLS attention, test image {example.index} (true {name(example.label)}, " \
+                f"predicted {name(example.predicted)})"
+        written["cls_attention"] = figures.plot_cls_attention(example, summary.grid, title, out / "cls_attention.png")
+    if history:
+        rounded = [{"epoch": int(r["epoch"]), "layer": int(r["layer"]), "distance": _num(r["distance"]),
+                    "entropy": _num(r["entropy"])} for r in history]
+        written["tracking"] = write_csv(out / TRACKING_CSV, TRACKING_COLUMNS, rounded)
+        written["locality"] = figures.plot_tracking(history, summary.uniform_distance_px, summary.uniform_entropy_nats,
+                                                    f"{rung}: locality forming during training", out / "locality.png")
+    return written

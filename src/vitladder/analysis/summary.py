@@ -1,0 +1,178 @@
+"""One model's attention, summarised: per-head distance, entropy and CLS share, plus one example image.
+
+``analyse`` streams images through ``capture_attention`` batch by batch. Each layer's
+``(B, H, T, T)`` map is reduced to per-head numbers inside the capture hook, so memory stays at
+one batch of one layer however many images are analysed. Per-head values are weighted by batch
+size, so the result does not depend on ``batch_size``. Layer values are the mean of a layer's
+heads (DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from vitladder.analysis.capture import capture_attention
+from vitladder.analysis.metrics import (
+    attention_entropy,
+    attention_rollout,
+    cls_share,
+    grid_from_tokens,
+    mean_attention_distance,
+    uniform_distance,
+    uniform_entropy,
+)
+from vitladder.data.augment import normalize
+
+__all__ = ["AttentionSummary", "ExampleAttention", "HeadStats", "analyse", "head_metrics", "query_metrics"]
+
+METRICS = ("distance_px", "entropy_nats", "cls_share", "distance_drop_px")
+
+
+def head_metrics(attn: Tensor, patch_px: float) -> Tensor:
+    """The four per-head numbers of one layer's ``(B, H, T, T)`` attention, ``(4, H)``, in METRICS order."""
+    return torch.stack(
+        [
+            mean_attention_distance(attn, patch_px, "renormalise"),
+            attention_entropy(attn),
+            cls_share(attn),
+            mean_attention_distance(attn, patch_px, "drop"),
+        ]
+    )  # (4, H)
+
+
+def query_metrics(row: Tensor, grid: int, patch_px: float, query: int) -> tuple[float, float]:
+    """(distance px, entropy nats) of ONE patch query's attention ``row`` over the ``N`` patches (no CLS).
+
+    Computed with metrics.py: a ``(1, 1, T, T)`` map whose only non-zero row is the query's
+    (CLS weight 0) averages to ``value / N`` over the ``N`` queries, as empty rows count 0.
+    """
+    n = grid * grid
+    attn = torch.zeros(1, 1, n + 1, n + 1)  # (1, 1, T, T)
+    attn[0, 0, 1 + query, 1:] = row
+    distance = mean_attention_distance(attn, patch_px, "drop").item() * n
+    entropy = attention_entropy(attn).item() * n
+    return distance, entropy
+
+
+@dataclass(frozen=True)
+class HeadStats:
+    """Per-head numbers, each ``(L, H)`` (or ``(L,)`` for the layer means of ``layer_means``)."""
+
+    distance_px: Tensor  # mean attention distance, CLS renormalised away
+    entropy_nats: Tensor  # over all T keys
+    cls_share: Tensor  # A[q, 0] for patch queries
+    distance_drop_px: Tensor  # distance with CLS dropped without renormalising (published code)
+
+    def layer_means(self) -> "HeadStats":
+        """Mean of each layer's heads, every field ``(L,)``."""
+        return HeadStats(*(getattr(self, name).mean(dim=-1) for name in METRICS))
+
+
+@dataclass(frozen=True)
+class ExampleAttention:
+    """One image's CLS attention in every layer and head."""
+
+    index: int  # position among the images analysed
+    image: Tensor  # (3, H_px, W_px) uint8, CPU
+    label: int | None  # true class index when known
+    predicted: int  # the model's class index
+    cls_maps: Tensor  # (L, H, N): CLS query's attention over the N patches
+    rollout: Tensor  # (N,): attention rollout through every layer
+    rollout_by_layer: Tensor  # (L, N): rollout through layers 0..l
+
+
+@dataclass(frozen=True)
+class AttentionSummary:
+    heads: HeadStats  # (L, H) each
+    patch_px: int
+    grid: int
+    num_images: int
+    uniform_distance_px: float  # uniform attention over the grid (self included)
+    uniform_entropy_nats: float  # ln T
+    example: ExampleAttention | None = None
+
+    @property
+    def layers(self) -> HeadStats:
+        """Per-layer means, ``(L,)`` each."""
+        return self.heads.layer_means()
+
+    @property
+    def num_layers(self) -> int:
+        return self.heads.distance_px.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.heads.distance_px.shape[1]
+
+
+def _inputs(model: nn.Module, images_u8: Tensor) -> Tensor:
+    """Normalised float images on the model's device, in its parameters' dtype (bf16-true models too)."""
+    param = next(model.parameters())
+    return normalize(images_u8.to(param.device, non_blocking=True)).to(param.dtype)  # (B, 3, H, W)
+
+
+@torch.no_grad()
+def _example(model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int) -> ExampleAttention:
+    image = images_u8[index : index + 1]  # (1, 3, H, W)
+    logits, maps = capture_attention(model, _inputs(model, image))  # maps: [(1, H, T, T)] * L
+    rollouts = torch.cat([attention_rollout(maps[: l + 1]) for l in range(len(maps))])  # (L, N)
+    return ExampleAttention(
+        index=index,
+        image=image[0].cpu(),
+        label=None if labels is None else int(labels[index]),
+        predicted=int(logits.argmax(dim=-1)[0]),
+        cls_maps=torch.stack([m[0, :, 0, 1:] for m in maps]).cpu(),  # (L, H, N)
+        rollout=rollouts[-1].cpu(),
+        rollout_by_layer=rollouts.cpu(),
+    )
+
+
+@torch.no_grad()
+def analyse(
+    model: nn.Module,
+    images_u8: Tensor,
+    batch_size: int,
+    patch_px: int,
+    labels: Tensor | None = None,
+    example_index: int | None = 0,
+) -> AttentionSummary:
+    """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8 (normalised here).
+
+    The model's train/eval mode is restored; a compiled model runs eagerly. ``example_index``
+    (None: no example) picks the image whose CLS maps and rollout are kept.
+    """
+    if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
+        raise ValueError(f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}")
+    total: Tensor | None = None  # (L, 4, H) batch-size-weighted sums
+    num_tokens = 0
+
+    def reduce(attn: Tensor) -> Tensor:  # (B, H, T, T) -> (4, H), inside the capture hook
+        nonlocal num_tokens
+        num_tokens = attn.shape[-1]
+        return head_metrics(attn, patch_px)
+
+    with torch.compiler.set_stance("force_eager"):  # an in-place compiled model runs its hooks eagerly
+        for start in range(0, len(images_u8), batch_size):
+            batch = _inputs(model, images_u8[start : start + batch_size])  # (B, 3, H, W)
+            _, per_layer = capture_attention(model, batch, reduce=reduce)
+            sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, 4, H)
+            total = sums if total is None else total + sums
+        example = None
+        if example_index is not None:
+            example = _example(model, images_u8, labels, example_index)
+    assert total is not None
+    mean = (total / len(images_u8)).float()  # (L, 4, H)
+    grid = grid_from_tokens(num_tokens)
+    return AttentionSummary(
+        heads=HeadStats(*(mean[:, i] for i in range(len(METRICS)))),
+        patch_px=int(patch_px),
+        grid=grid,
+        num_images=len(images_u8),
+        uniform_distance_px=uniform_distance(grid, patch_px),
+        uniform_entropy_nats=uniform_entropy(num_tokens),
+        example=example,
+    )
+

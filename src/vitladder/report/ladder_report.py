@@ -1,0 +1,271 @@
+"""The ladder report: every finished rung's accuracy and attention beside the reference figures.
+
+``build_report(ladder_dir)`` reads ``<ladder>/<rung>/`` and ``<ladder>/<rung>-seed<k>/`` folders that
+hold a ``done.json`` (and, once analysed, ``analysis/layers.csv``) and writes into ``ladder_dir``:
+``report.md``, ``ladder.csv``, ``distance_by_layer.png``, ``entropy_by_layer.png`` and
+``explainer.png``. With several seeds per rung the numbers are means with a 95% Student-t
+interval. ``log_report_to_wandb`` puts the same table and charts in a ``job_type="report"`` run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vitladder.analysis.figures import plot_explainer, plot_layer_lines
+from vitladder.analysis.outputs import read_csv, write_csv
+from vitladder.atomic import write_text
+from vitladder.config import RUNGS
+from vitladder.errors import UserError
+
+__all__ = ["REFERENCE", "LADDER_COLUMNS", "RungResult", "build_report", "collect", "log_report_to_wandb",
+           "mean_ci", "t_quantile_975"]
+
+# DESIGN.md section 3 (the article's one-seed GPU run); uniform distances from section 4.
+REFERENCE: dict[str, dict] = {
+    "patch8": {"adds": "patch 8, no augmentation, AdamW + cosine", "test_acc": 0.573, "layer1_distance_px": 15.8,
+               "uniform_distance_px": 16.1},
+    "augment": {"adds": "random crop + flip", "test_acc": 0.616, "layer1_distance_px": 15.3, "uniform_distance_px": 16.1},
+    "patch4": {"adds": "patch 4", "test_acc": 0.777, "layer1_distance_px": 14.0, "uniform_distance_px": 16.5},
+    "warmup": {"adds": "learning-rate warmup", "test_acc": 0.886, "layer1_distance_px": 12.0, "uniform_distance_px": 16.5},
+    "label_smoothing": {"adds": "label smoothing 0.1", "test_acc": 0.887, "layer1_distance_px": 12.5,
+                        "uniform_distance_px": 16.5},
+    "mixup_cutmix": {"adds": "MixUp/CutMix", "test_acc": 0.887, "layer1_distance_px": 10.1, "uniform_distance_px": 16.5},
+    "stochastic_depth": {"adds": "stochastic depth", "test_acc": 0.883, "layer1_distance_px": 9.6,
+                         "uniform_distance_px": 16.5},
+    "epochs200": {"adds": "200 epochs", "test_acc": 0.929, "layer1_distance_px": 8.1, "uniform_distance_px": 16.5},
+}
+
+LADDER_COLUMNS = ("rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
+CI_COLUMNS = ("n_seeds", "test_acc_ci95", "layer1_distance_px_ci95", "layer1_entropy_nats_ci95")
+FIGURES = ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png")
+
+# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
+         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+         2.0518, 2.0484, 2.0452, 2.0423)
+_LAYERS_KEY = {"layer1_distance_px": "mean_distance_px", "layer1_entropy_nats": "entropy_nats",
+               "uniform_distance_px": "uniform_distance_px"}  # ladder.csv column -> layers.csv column
+_RUN_DIR = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
+
+
+def t_quantile_975(df: int) -> float:
+    """t_{0.975, df}: a table up to 30 degrees of freedom, a Cornish-Fisher expansion beyond (error < 1e-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """(mean, 95% t-interval half-width ``t * s / sqrt(n)``; None for fewer than 2 values)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
+
+
+@dataclass
+class RunRecord:
+    """One finished run folder."""
+
+    rung: str
+    seed: int
+    path: Path
+    done: dict
+    layers: list[dict] = field(default_factory=list)  # rows of analysis/layers.csv, as floats
+    config: dict = field(default_factory=dict)
+
+
+@dataclass
+class RungResult:
+    """A rung's numbers over its finished seeds: lists with one value per seed."""
+
+    rung: str
+    runs: list[RunRecord]
+
+    def values(self, key: str) -> list[float]:
+        """One value per seed of a ladder.csv column: layer 1 of layers.csv, else done.json."""
+        out = []
+        for run in self.runs:
+            layer1 = next((r for r in run.layers if int(r["layer"]) == 1), None)
+            value = layer1[_LAYERS_KEY[key]] if layer1 is not None and key in _LAYERS_KEY else run.done.get(key)
+            if value is not None:
+                out.append(float(value))
+        return out
+
+    def by_layer(self, key: str) -> list[float]:
+        """The per-layer mean over seeds of a layers.csv column (empty when not analysed)."""
+        per_seed = [[float(r[key]) for r in run.layers] for run in self.runs if run.layers]
+        return [sum(col) / len(col) for col in zip(*per_seed)] if per_seed else []
+
+
+def _read_run(path: Path) -> RunRecord | None:
+    match = _RUN_DIR.match(path.name)
+    if not match or match["rung"] not in RUNGS or not (path / "done.json").is_file():
+        return None
+    layers_csv = path / "analysis" / "layers.csv"
+    try:
+        done = json.loads((path / "done.json").read_text())
+        layers = [{k: float(v) for k, v in r.items()} for r in read_csv(layers_csv)] if layers_csv.is_file() else []
+    except (ValueError, TypeError) as error:
+        raise UserError(f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
+                        "delete the file and rerun the rung or scripts/analyze.py") from None
+    config = {}
+    if (path / "config.yaml").is_file():
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(OmegaConf.load(path / "config.yaml"), resolve=False)
+    seed = int(done.get("seed", match["seed"] or 0))
+    return RunRecord(match["rung"], seed, path, done, layers, config)
+
+
+def collect(ladder_dir: str | Path) -> list[RungResult]:
+    """The finished rungs of a ladder folder, in ladder order, each with its seeds sorted."""
+    runs = [r for p in sorted(Path(ladder_dir).iterdir()) if p.is_dir() and (r := _read_run(p)) is not None]
+    return [RungResult(rung, sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed))
+            for rung in RUNGS if any(r.rung == rung for r in runs)]
+
+
+def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
+    rows = []
+    for result in results:
+        row: dict = {"rung": result.rung}
+        for key in LADDER_COLUMNS[1:]:
+            values = result.values(key)
+            mean, half = mean_ci(values) if values else (None, None)
+            row[key] = "" if mean is None else round(mean, 6)
+            if with_ci and key != "uniform_distance_px":
+                row[f"{key}_ci95"] = "" if half is None else round(half, 6)
+        if with_ci:
+            row["n_seeds"] = len(result.runs)
+        rows.append(row)
+    return rows
+
+
+def _fmt(values: list[float], scale: float = 1.0, digits: int = 1, unit: str = "", ci: bool = True) -> str:
+    """``mean`` or ``mean ± half-width`` of the per-seed values, as text for the table."""
+    if not values:
+        return "—"
+    mean, half = mean_ci([v * scale for v in values])
+    return f"{mean:.{digits}f}{unit}" + ("" if half is None or not ci else f" ± {half:.{digits}f}")
+
+
+def _setup_line(results: list[RungResult]) -> str:
+    """Which data and profile the runs used (and a warning when not comparable with the reference)."""
+    seen = set()
+    for result in results:
+        for run in result.runs:
+            cfg = run.config
+            data = cfg.get("data", {})
+            profile = cfg.get("profile", {}).get("name", "?")
+            source = data.get("source", "?") + (f" ({data['root']})" if data.get("source") == "imagefolder" else "")
+            subsets = ", ".join(f"{k}={data[k]}" for k in ("train_subset", "test_subset") if data.get(k))
+            images = run.done.get("analysis_images") or cfg.get("analysis", {}).get("num_images", "?")
+            seen.add(f"profile `{profile}`, data `{source}`" + (f" ({subsets})" if subsets else "")
+                     + f", attention over the first {images} test images")
+    line = "Setup: " + ("; ".join(sorted(seen)) if seen else "unknown (no config.yaml in the run folders)") + "."
+    if any("profile `full`" not in s or "synthetic" in s for s in seen):
+        line += " Not the full GPU recipe on CIFAR-10: compare the shape of the numbers, not their values."
+    return line
+
+
+def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
+    by_rung = {r.rung: r for r in results}
+    several = any(len(r.runs) > 1 for r in results)
+    lines = [f"# Ladder report: `{ladder_dir.name}`", "", _setup_line(results), "",
+             "Project figures beside the reference (one seed of a GPU run)"
+             + (", as mean ± 95% CI (Student t) over seeds." if several else "."), "",
+             "| rung | adds | test acc. | ref. | layer-1 distance (px) | ref. | uniform (px) | layer-1 entropy (nats)"
+             " | seeds | figures |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for rung in RUNGS:
+        ref, result = REFERENCE[rung], by_rung.get(rung)
+        if result is None:
+            lines.append(f"| `{rung}` | {ref['adds']} | — | {ref['test_acc']:.1%} | — | {ref['layer1_distance_px']} "
+                         f"({ref['uniform_distance_px']}) | — | — | 0 | not finished |")
+            continue
+        links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
+        lines.append(
+            f"| `{rung}` | {ref['adds']} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref['test_acc']:.1%} | "
+            f"{_fmt(result.values('layer1_distance_px'))} | {ref['layer1_distance_px']} ({ref['uniform_distance_px']}) | "
+            f"{_fmt(result.values('uniform_distance_px'), ci=False)} | {_fmt(result.values('layer1_entropy_nats'), digits=2)} | "
+            f"{len(result.runs)} | {links} |")
+    lines += ["", "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "
+              "uniform attention is ln 65 = 4.17 nats (patch 4) or ln 17 = 2.83 nats (patch 8).", "",
+              "## Figures", "",
+              "![distance per layer](distance_by_layer.png)", "", "![entropy per layer](entropy_by_layer.png)", "",
+              "![three made-up heads](explainer.png)", "",
+              "Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, `distance.png`, `entropy.png`, "
+              "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).", ""]
+    return "\n".join(lines)
+
+
+def build_report(ladder_dir: str | Path) -> Path:
+    """Write report.md, ladder.csv and the charts for the finished rungs of ``ladder_dir``; returns report.md."""
+    ladder_dir = Path(ladder_dir)
+    results = collect(ladder_dir)
+    several = any(len(r.runs) > 1 for r in results)
+    columns = LADDER_COLUMNS + (CI_COLUMNS if several else ())
+    write_csv(ladder_dir / "ladder.csv", columns, _csv_rows(results, several))
+    for key, name, ylabel in (("mean_distance_px", "distance_by_layer.png", "mean attention distance (px)"),
+                              ("entropy_nats", "entropy_by_layer.png", "entropy (nats)")):
+        series = {r.rung: r.by_layer(key) for r in results if r.by_layer(key)}
+        uniform_key = "uniform_distance_px" if key == "mean_distance_px" else "uniform_entropy_nats"
+        refs = {}
+        for r in results:
+            if r.by_layer(uniform_key):
+                grid = math.isqrt(round(math.exp(r.by_layer("uniform_entropy_nats")[0])) - 1)  # ln T, T = 1 + g*g
+                refs[f"uniform, {grid}x{grid} grid ({r.by_layer(uniform_key)[0]:.2f})"] = r.by_layer(uniform_key)[0]
+        plot_layer_lines(series, refs, ylabel, f"{ladder_dir.name}: {ylabel.split(' (')[0]} per layer, every rung",
+                         ladder_dir / name)
+    plot_explainer(ladder_dir / "explainer.png")
+    report = ladder_dir / "report.md"
+    write_text(report, _markdown(results, ladder_dir))
+    return report
+
+
+def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, group: str | None = None,
+                        mode: str = "auto", entity: str | None = None) -> str | None:
+    """Log ladder.csv, the per-layer lines and the PNGs as a ``job_type="report"`` run; returns its id.
+
+    ``project``/``group`` default to the runs' config (wandb.project, ladder). Build the report first.
+    """
+    import wandb
+
+    from vitladder.training.wandb_run import resolve_mode
+
+    ladder_dir = Path(ladder_dir)
+    mode = resolve_mode(mode)
+    if mode == "disabled":
+        return None
+    results = collect(ladder_dir)
+    config = next((run.config for r in results for run in r.runs if run.config), {})
+    project = project or config.get("wandb", {}).get("project") or "vit-ladder"
+    group = group or (config.get("ladder") if isinstance(config.get("ladder"), str) else None) or ladder_dir.name
+    rows = read_csv(ladder_dir / "ladder.csv")
+    run = wandb.init(project=project, entity=entity, group=group, job_type="report", name=f"{group}/report",
+                     dir=str(ladder_dir), mode=mode, config={"ladder": group, "rungs": [r["rung"] for r in rows]})
+    try:
+        table = wandb.Table(columns=list(rows[0]) if rows else list(LADDER_COLUMNS),
+                            data=[list(r.values()) for r in rows])
+        payload = {"report/ladder": table,
+                   **{f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in FIGURES}}
+        for key, title in (("mean_distance_px", "distance"), ("entropy_nats", "entropy")):
+            series = [(r.rung, r.by_layer(key)) for r in results if r.by_layer(key)]
+            if series:
+                payload[f"report/{title}_by_layer_chart"] = wandb.plot.line_series(
+                    xs=list(range(len(series[0][1]))), ys=[s[1] for s in series], keys=[s[0] for s in series],
+                    title=f"{title} per layer", xname="layer")
+        run.log(payload)
+        run.summary.update({f"report/{r['rung']}/{k}": float(r[k]) for r in rows for k in LADDER_COLUMNS[1:] if r[k]})
+        return run.id
+    finally:
+        run.finish()

@@ -1,0 +1,373 @@
+"""How fast the project trains and analyses, against a bare PyTorch loop doing the same work.
+
+Four figures per model width, each the median of several alternating rounds:
+
+- **project images/s**: ``LadderModule`` fed by ``ImageDataModule``'s ``DeviceBatches`` through
+  ``L.Trainer.fit`` (no logger, no checkpointing, no progress bar), steady-state steps only;
+- **bare images/s**: the same ``build_vit`` model, optimizer, loss, batches, precision and device in a
+  plain ``for`` loop. Their ratio is Lightning's (and the module's) overhead;
+- **data share**: iterating ``DeviceBatches`` alone (gather, crop, flip, normalise) over a project step;
+- **analysis / forward**: ``analyse`` (attention captured, per-head metrics, example image) over
+  1,000 images against a plain forward pass over the same images.
+
+The epoch time extrapolates the project's images/s to the 45,000 training images of CIFAR-10.
+Both loops time the same span: from the start of step ``warmup`` to the start of step
+``warmup + steps``, data fetching included; on CUDA the device is synchronised at both ends only.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, replace
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+from timm.optim import create_optimizer_v2
+from torch import Tensor, nn
+
+from vitladder.config import compose_rung
+from vitladder.data.augment import normalize
+from vitladder.data.datamodule import ImageDataModule, Split
+from vitladder.data.device_batches import DeviceBatches
+from vitladder.model import ViTConfig, build_vit, num_parameters
+from vitladder.training.run import build_module, resolve_precision
+
+__all__ = [
+    "BenchSettings",
+    "CIFAR10_TRAIN_IMAGES",
+    "TARGETS",
+    "format_table",
+    "run_benchmark",
+    "settings_for",
+    "time_analysis",
+    "time_bare",
+    "time_data",
+    "time_project",
+]
+
+CIFAR10_TRAIN_IMAGES = 45_000  # 50,000 minus the 5,000 held out for validation
+TARGETS = {"project_over_bare_min": 0.95, "data_share_max": 0.05, "analysis_over_forward_max": 1.3}
+WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: DESIGN section 2
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    width: str  # "tiny" or "full"
+    embed_dim: int
+    device: str  # "cpu" or "cuda"
+    batch_size: int
+    warmup: int  # steps run before the clock starts
+    steps: int  # steps timed
+    rounds: int  # project, bare and data alternate this many times; medians are reported
+    analysis_images: int = 1000
+    analysis_batch_size: int = 250
+    analysis_rounds: int = 3
+    rung: str = "patch4"  # 64 patches, random crop + flip: the augmentation is part of every batch
+    compile: bool = False
+
+
+def settings_for(width: str, device: str) -> BenchSettings:
+    """Defaults sized so that a CPU run of both widths takes a few minutes (full width: ~20 images/s)."""
+    if width not in WIDTHS:
+        raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got '{width}'")
+    if device == "cuda":
+        return BenchSettings(width, WIDTHS[width], device, batch_size=512, warmup=10, steps=40, rounds=5,
+                             analysis_rounds=5)
+    if width == "tiny":
+        return BenchSettings(width, WIDTHS[width], device, batch_size=128, warmup=3, steps=12, rounds=5,
+                             analysis_rounds=5)
+    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=5,
+                         analysis_rounds=3)
+
+
+def bench_config(s: BenchSettings) -> DictConfig:
+    """The rung's config at the benchmark's width and batch size, on synthetic data large enough for it."""
+    num_train = (s.warmup + s.steps + 2) * s.batch_size
+    return compose_rung(
+        s.rung,
+        [
+            "data=synthetic",
+            f"data.num_train={num_train + 100}",
+            f"data.num_test={s.analysis_images}",
+            "data.val_size=100",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            f"data.batch_size={s.batch_size}",
+            f"model.embed_dim={s.embed_dim}",
+            f"trainer.accelerator={s.device}",
+            f"trainer.compile={str(s.compile).lower()}",
+            "analysis.enabled=false",
+        ],
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(device: torch.device, precision: str):
+    """The autocast Lightning's precision plugin uses for ``precision`` (none for 32-true)."""
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "16-mixed":
+        return torch.autocast(device.type, dtype=torch.float16)
+    if precision not in ("32-true", "32"):
+        raise ValueError(f"the bare loop does not support precision '{precision}'")
+    return nullcontext()
+
+
+def _train_batches(datamodule: ImageDataModule) -> DeviceBatches:
+    batches = datamodule.train_dataloader()
+    batches.set_epoch(0)
+    return batches
+
+
+# --- the project's path: LadderModule + ImageDataModule through L.Trainer.fit -----------------------
+
+
+class _StepClock(L.Callback):
+    """Timestamps the start of step ``warmup`` and of step ``warmup + steps`` (device synchronised)."""
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps = warmup, steps
+        self.started: float | None = None
+        self.stopped: float | None = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        if batch_idx == self.warmup:
+            _sync(pl_module.device)
+            self.started = time.perf_counter()
+        elif batch_idx == self.warmup + self.steps:
+            _sync(pl_module.device)
+            self.stopped = time.perf_counter()
+
+
+def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per steady-state training step of the project's Lightning path."""
+    module = build_module(cfg, num_classes=len(datamodule.classes))
+    clock = _StepClock(s.warmup, s.steps)
+    trainer = L.Trainer(
+        accelerator=s.device,
+        devices=1,
+        precision=resolve_precision(cfg.trainer.precision),
+        max_epochs=1,
+        limit_train_batches=s.warmup + s.steps + 1,  # the last batch only stops the clock
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[clock],
+    )
+    trainer.fit(module, datamodule=datamodule)
+    if clock.started is None or clock.stopped is None:
+        raise RuntimeError("the training run ended before the timed steps: too few training batches")
+    return (clock.stopped - clock.started) / s.steps
+
+
+# --- the bare loop ----------------------------------------------------------------------------------
+
+
+def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per steady-state step of a plain PyTorch loop over the same batches."""
+    device = torch.device(s.device)
+    config = ViTConfig(**{**cfg.model, "num_classes": len(datamodule.classes)})
+    model = build_vit(config).to(device).train()
+    if s.compile:
+        model.compile()
+    optim = cfg.optim
+    optimizer = create_optimizer_v2(model, opt="adamw", lr=optim.lr, weight_decay=optim.weight_decay,
+                                    betas=tuple(optim.betas))
+    criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
+    autocast = _autocast(device, resolve_precision(cfg.trainer.precision))
+
+    started = stopped = None
+    for i, (images, labels) in enumerate(_train_batches(datamodule)):
+        if i == s.warmup:
+            _sync(device)
+            started = time.perf_counter()
+        elif i == s.warmup + s.steps:
+            _sync(device)
+            stopped = time.perf_counter()
+            break
+        with autocast:
+            loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if started is None or stopped is None:
+        raise RuntimeError("too few training batches for the timed steps")
+    return (stopped - started) / s.steps
+
+
+def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per batch of ``DeviceBatches`` alone: index, gather, crop, flip, normalise."""
+    device = torch.device(s.device)
+    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))
+    for _ in range(s.warmup):
+        next(batches)
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(s.steps):
+        next(batches)
+    _sync(device)
+    return (time.perf_counter() - started) / s.steps
+
+
+# --- analysis against a forward pass ---------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    _sync(device)
+    started = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - started
+
+
+def time_analysis(model: nn.Module, images_u8: Tensor, batch_size: int, patch_px: int,
+                  rounds: int) -> tuple[float, float]:
+    """(median seconds of ``analyse``, median seconds of a plain eval forward pass) over ``images_u8``.
+
+    Both run in the model's float32, without autocast, batch by batch, inputs normalised on the device,
+    alternating the two each round.
+    """
+    from vitladder.analysis.summary import analyse
+
+    device = next(model.parameters()).device
+    model.eval()
+
+    @torch.no_grad()
+    def forward(images: Tensor = images_u8) -> None:
+        for start in range(0, len(images), batch_size):
+            model(normalize(images[start : start + batch_size]))  # (B, num_classes)
+
+    def analysis(images: Tensor = images_u8) -> None:
+        analyse(model, images, batch_size, patch_px)
+
+    forward(images_u8[:batch_size])  # warm-up on one batch: allocator, kernels, first-call costs
+    analysis(images_u8[:batch_size])
+    times: dict[str, list[float]] = {"analysis": [], "forward": []}
+    for r in range(rounds):
+        order = (("analysis", analysis), ("forward", forward))
+        for name, fn in order if r % 2 == 0 else order[::-1]:
+            times[name].append(_timed(fn, device))
+    return statistics.median(times["analysis"]), statistics.median(times["forward"])
+
+
+# --- one width, then the whole benchmark -------------------------------------------------------------
+
+
+def _prepare_data(cfg: DictConfig, device: torch.device) -> ImageDataModule:
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule.prepare_data()
+    datamodule.setup()
+    datamodule.train, datamodule.val, datamodule.test = (
+        Split(split.images.to(device), split.labels.to(device))
+        for split in (datamodule.train, datamodule.val, datamodule.test)
+    )
+    return datamodule
+
+
+def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
+    """Every figure for one width; the per-round values are kept beside their medians."""
+    device = torch.device(s.device)
+    cfg = bench_config(s)
+    torch.manual_seed(0)
+    datamodule = _prepare_data(cfg, device)
+    project, bare, data = [], [], []
+    for r in range(s.rounds):
+        order = (("project", project, lambda: time_project(cfg, datamodule, s)),
+                 ("bare", bare, lambda: time_bare(cfg, datamodule, s)))
+        for name, times, fn in order if r % 2 == 0 else order[::-1]:
+            times.append(fn())
+        data.append(time_data(datamodule, s))
+        log(f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project[-1]:.1f} img/s, "
+            f"bare {s.batch_size / bare[-1]:.1f} img/s, data {1e3 * data[-1]:.2f} ms/batch")
+
+    model = build_vit(ViTConfig(**{**cfg.model, "num_classes": len(datamodule.classes)})).to(device)
+    images = datamodule.test.images[: s.analysis_images]  # (N, 3, 32, 32) uint8 on the device
+    analysis_s, forward_s = time_analysis(model, images, s.analysis_batch_size, int(cfg.model.patch_size),
+                                          s.analysis_rounds)
+
+    project_step, bare_step, data_batch = (statistics.median(t) for t in (project, bare, data))
+    project_ips, bare_ips = s.batch_size / project_step, s.batch_size / bare_step
+    return {
+        "settings": asdict(s),
+        "precision": resolve_precision(cfg.trainer.precision),
+        "parameters": num_parameters(model),
+        "project_images_per_s": project_ips,
+        "bare_images_per_s": bare_ips,
+        "project_over_bare": project_ips / bare_ips,
+        "project_step_s": project_step,
+        "bare_step_s": bare_step,
+        "data_batch_s": data_batch,
+        "data_share": data_batch / project_step,
+        "epoch_s": CIFAR10_TRAIN_IMAGES / project_ips,
+        "analysis_images": len(images),
+        "analysis_s": analysis_s,
+        "forward_s": forward_s,
+        "analysis_over_forward": analysis_s / forward_s,
+        "rounds": {"project_step_s": project, "bare_step_s": bare, "data_batch_s": data},
+    }
+
+
+def run_benchmark(widths: list[str], device: str, overrides: dict | None = None,
+                  log: Callable[[str], None] = print) -> dict:
+    """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2)."""
+    results = {}
+    for width in widths:
+        s = replace(settings_for(width, device), **(overrides or {}))
+        log(f"{width}: width {s.embed_dim}, batch {s.batch_size}, {s.warmup} warm-up + {s.steps} timed steps, "
+            f"{s.rounds} rounds, on {device}")
+        results[width] = bench_width(s, log)
+    return {
+        "device": device,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "targets": TARGETS,
+        "widths": results,
+    }
+
+
+def format_table(report: dict) -> str:
+    """The figures of every width as a plain-text table, each against its target."""
+    rows = [
+        ("project images/s", lambda r: f"{r['project_images_per_s']:.1f}", ""),
+        ("bare loop images/s", lambda r: f"{r['bare_images_per_s']:.1f}", ""),
+        ("project / bare", lambda r: f"{r['project_over_bare']:.3f}", f">= {TARGETS['project_over_bare_min']}"),
+        ("data pipeline ms/batch", lambda r: f"{1e3 * r['data_batch_s']:.2f}", ""),
+        ("data share of a step", lambda r: f"{100 * r['data_share']:.2f}%", f"<= {100 * TARGETS['data_share_max']:.0f}%"),
+        ("CIFAR-10 epoch (45k)", lambda r: _duration(r["epoch_s"]), ""),
+        ("analysis s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
+        ("forward s (N images)", lambda r: f"{r['forward_s']:.2f} ({r['analysis_images']})", ""),
+        ("analysis / forward", lambda r: f"{r['analysis_over_forward']:.2f}x", f"<= {TARGETS['analysis_over_forward_max']}x"),
+    ]
+    widths = report["widths"]
+    header = ["", *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items()),
+              "target"]
+    body = [[label, *(fmt(r) for r in widths.values()), target] for label, fmt, target in rows]
+    cols = list(zip(header, *body))
+    sizes = [max(len(c) for c in col) for col in cols]
+    lines = [" | ".join(cell.ljust(n) for cell, n in zip(line, sizes)) for line in (header, *body)]
+    lines.insert(1, "-+-".join("-" * n for n in sizes))
+    title = f"benchmark on {report['device']} ({report['device_name']}, torch {report['torch']}, " \
+            f"{report['cpu_threads']} threads); medians of alternating rounds"
+    return "\n".join([title, *lines])
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,114 @@
+"""scripts/analyze.py on everything the training writes, and one clean line for anything else."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitladder.analysis.checkpoint import load_model
+from vitladder.analysis.outputs import read_csv
+from vitladder.errors import CheckpointError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def analyze_main():
+    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def head_values(folder: Path) -> torch.Tensor:
+    rows = read_csv(folder / "heads.csv")
+    assert len(rows) == 42
+    return torch.tensor([[float(r["mean_distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])] for r in rows])
+
+
+def copy_run(fitted_run, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(fitted_run.run_dir, run, ignore=shutil.ignore_patterns("wandb"))
+    return run
+
+
+def test_run_folder_gives_the_callbacks_numbers(fitted_run, tmp_path: Path) -> None:
+    out = analyze_main()([str(fitted_run.run_dir), "--out", str(tmp_path / "a"), "--device", "cpu"])
+    assert out == tmp_path / "a"
+    assert torch.allclose(head_values(out), head_values(fitted_run.run_dir / "analysis"), atol=1e-4)
+    assert {"distance.png", "entropy.png", "cls_attention.png", "explainer.png"} <= {p.name for p in out.iterdir()}
+
+
+def test_default_output_keeps_the_tracking_history(fitted_run, tmp_path: Path) -> None:
+    run = copy_run(fitted_run, tmp_path)
+    (run / "analysis" / "heads.csv").unlink()
+    (run / "analysis" / "locality.png").unlink()
+    out = analyze_main()([str(run), "--images", "10", "--batch-size", "4"])
+    assert out == run / "analysis" and (out / "heads.csv").is_file() and (out / "locality.png").is_file()
+    assert len(read_csv(out / "tracking.csv")) == 21
+
+
+def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> None:
+    run = copy_run(fitted_run, tmp_path)
+    reference = head_values(fitted_run.run_dir / "analysis")
+    out = analyze_main()([str(run / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "ckpt")])
+    assert torch.allclose(head_values(out), reference, atol=1e-4)
+    assert len(read_csv(out / "tracking.csv")) == 21  # the history travels in the Lightning checkpoint
+
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt["state_dict"] = {k.replace("model.", "model._orig_mod.", 1): v for k, v in ckpt["state_dict"].items()}
+    torch.save(ckpt, run / "checkpoints" / "compiled.ckpt")
+    model, meta = load_model(run / "checkpoints" / "compiled.ckpt")
+    assert meta.kind == "lightning" and meta.run_dir == run
+    out = analyze_main()([str(run / "checkpoints" / "compiled.ckpt"), "--out", str(tmp_path / "compiled")])
+    assert torch.allclose(head_values(out), reference, atol=1e-4)
+
+
+def test_model_pt_outside_its_run_folder(fitted_run, tmp_path: Path) -> None:
+    lonely = tmp_path / "model.pt"
+    shutil.copy(fitted_run.run_dir / "checkpoints" / "model.pt", lonely)
+    _, meta = load_model(lonely)
+    assert meta.run_dir is None and meta.rung == "patch4" and len(meta.classes) == 10
+    # no config.yaml beside it: the rung's config is composed with the same overrides
+    out = analyze_main()([str(lonely), *fitted_run.overrides])
+    assert out == tmp_path / "model-analysis"
+    assert torch.allclose(head_values(out), head_values(fitted_run.run_dir / "analysis"), atol=1e-4)
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        analyze_main()(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_truncated_and_missing_checkpoints(fitted_run, tmp_path: Path, capsys) -> None:
+    truncated = tmp_path / "model.pt"
+    data = (fitted_run.run_dir / "checkpoints" / "model.pt").read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    assert str(truncated) in one_line_error(capsys, [str(truncated)])
+    assert "no such checkpoint" in one_line_error(capsys, [str(tmp_path / "nope.ckpt")])
+    (tmp_path / "empty_run").mkdir()
+    assert "no checkpoints/model.pt" in one_line_error(capsys, [str(tmp_path / "empty_run")])
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    assert "not a checkpoint this project wrote" in one_line_error(capsys, [str(tmp_path / "other.pt")])
+    with pytest.raises(CheckpointError):
+        load_model(truncated)
+
+
+def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"\x00not a checkpoint at all" * 10)
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "analyze.py"), str(garbage)],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(garbage) in lines[0]

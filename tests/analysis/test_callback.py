@@ -1,0 +1,112 @@
+"""AttentionAnalysis inside a real (tiny) Lightning fit: files, logged metrics, W&B, checkpointed history."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.analysis.outputs import read_csv
+from vitladder.analysis.summary import analyse
+
+
+EXPECTED_FILES = {"heads.csv", "layers.csv", "tracking.csv", "distance.png", "entropy.png", "explainer.png",
+                  "cls_attention.png", "locality.png"}
+
+
+def read_wandb_summary(wandb_dir: Path) -> dict:
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--summary", "--json", str(wandb_dir)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_history_covers_initialisation_and_every_epoch(fitted_run) -> None:
+    history = fitted_run.callback.history
+    assert sorted({(r["epoch"], r["layer"]) for r in history}) == [(e, l) for e in range(3) for l in range(7)]
+    assert all(0 < r["distance"] < 17 and 0 < r["entropy"] <= 4.175 for r in history)
+
+
+def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
+    out = fitted_run.run_dir / "analysis"
+    assert {p.name for p in out.iterdir()} == EXPECTED_FILES
+    heads = read_csv(out / "heads.csv")
+    assert len(heads) == 42 and list(heads[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert len(read_csv(out / "tracking.csv")) == 21
+
+    test = fitted_run.datamodule.test
+    again = analyse(fitted_run.trainer.lightning_module.model, test.images[:40], 40, 4, example_index=None)
+    got = torch.tensor([[float(r["mean_distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
+    assert torch.allclose(got[..., 0], again.heads.distance_px, atol=1e-4)
+    assert torch.allclose(got[..., 1], again.heads.entropy_nats, atol=1e-4)
+    summary = fitted_run.callback.summary
+    assert summary.num_images == 40 and summary.example.index == 3
+    assert fitted_run.callback.seconds < 60
+
+
+def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
+    rows = list(csv.DictReader((fitted_run.run_dir / "metrics.csv").open()))
+    tracked = {row["epoch"]: float(row["track/layer1/distance_px"]) for row in rows if row.get("track/layer1/distance_px")}
+    history = {r["epoch"]: r["distance"] for r in fitted_run.callback.history if r["layer"] == 1}
+    # Lightning's epoch column counts from 0 at the end of the first epoch; the history counts epochs trained.
+    assert tracked == pytest.approx({"0": history[1], "1": history[2]}, abs=1e-4)
+    assert any(row.get("track/layer6/entropy_nats") for row in rows)
+
+
+def test_wandb_run_holds_the_analysis(fitted_run) -> None:
+    summary = read_wandb_summary(fitted_run.run_dir / "wandb")["summary"]
+    layer1 = fitted_run.callback.summary.layers.distance_px[1].item()
+    assert summary["analysis/layer1/mean_distance_px"] == pytest.approx(layer1, abs=1e-4)
+    for key in ("analysis/layer6/entropy_nats", "analysis/layer0/cls_share", "analysis/uniform_distance_px",
+                "analysis/heads", "analysis/figures/cls_attention", "analysis/figures/distance",
+                "analysis/mean_distance_px_by_layer_table", "track/layer1/distance_px"):
+        assert key in summary, key
+
+
+def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_path: Path) -> None:
+    ckpt = torch.load(fitted_run.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    states = [s for s in ckpt["callbacks"].values() if "history" in s]
+    assert len(states) == 1 and states[0]["history"] == fitted_run.callback.history
+
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(fitted_run.run_dir, run_dir, ignore=shutil.ignore_patterns("wandb", "analysis"))
+    cfg = OmegaConf.merge(fitted_run.cfg, {"run_dir": str(run_dir)})
+    callback = AttentionAnalysis.from_config(cfg.analysis, out_dir=run_dir / "analysis", rung=cfg.rung, patch_px=4)
+    fit_fn(cfg, callback, wandb_dir=None, ckpt_path=str(run_dir / "checkpoints" / "last.ckpt"), max_epochs=3)
+    assert sorted({r["epoch"] for r in callback.history}) == [0, 1, 2, 3]
+    assert callback.history[:21] == fitted_run.callback.history  # the old rows, initialisation included
+    assert len(read_csv(run_dir / "analysis" / "tracking.csv")) == 28
+
+
+def test_state_dict_round_trip_and_config() -> None:
+    cfg = OmegaConf.create({"enabled": True, "num_images": 10, "batch_size": 5, "example_image": 2,
+                            "track_every_n_epochs": 3, "track_images": 4})
+    callback = AttentionAnalysis.from_config(cfg, out_dir=Path("x"), rung="warmup", patch_px=8)
+    assert (callback.num_images, callback.batch_size, callback.example_image, callback.track_every_n_epochs,
+            callback.track_images, callback.patch_px) == (10, 5, 2, 3, 4, 8)
+    callback.history = [{"epoch": 0, "layer": 0, "distance": 1.0, "entropy": 2.0}]
+    other = AttentionAnalysis(out_dir="y", rung="warmup", patch_px=8)
+    other.load_state_dict(callback.state_dict())
+    assert other.history == callback.history
+
+
+def test_disabled_callback_does_nothing() -> None:
+    callback = AttentionAnalysis(out_dir="never", rung="patch8", patch_px=8, enabled=False)
+
+    class Trainer:  # would fail on any attribute access beyond these
+        is_global_zero = True
+        current_epoch = 0
+
+    callback.on_train_start(Trainer(), None)
+    callback.on_train_epoch_end(Trainer(), None)
+    callback.on_fit_end(Trainer(), None)
+    assert callback.history == [] and callback.summary is None and not Path("never").exists()

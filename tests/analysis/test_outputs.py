@@ -1,0 +1,89 @@
+"""The analysis folder: exact CSV layouts, real PNG figures, headline numbers for done.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from vitladder.analysis.outputs import (
+    HEADS_COLUMNS,
+    LAYERS_COLUMNS,
+    analysis_summary_for_done,
+    read_csv,
+    read_tracking,
+    write_analysis,
+)
+from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.model import ViTConfig, build_vit
+
+CLASSES = tuple(f"class{i}" for i in range(10))
+
+
+@pytest.fixture(scope="module")
+def summary() -> AttentionSummary:
+    torch.manual_seed(0)
+    model = build_vit(ViTConfig(patch_size=4, embed_dim=24))
+    images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    return analyse(model, images, batch_size=4, patch_px=4, labels=torch.arange(6), example_index=2)
+
+
+def history() -> list[dict]:
+    return [{"epoch": e, "layer": l, "distance": 16.0 - e * l / 4, "entropy": 4.1 - e * 0.1}
+            for e in range(3) for l in range(7)]
+
+
+def assert_real_png(path: Path, min_side: int = 200) -> None:
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        assert min(image.size) >= min_side, image.size
+        lo, hi = image.convert("L").getextrema()
+        assert hi - lo > 50, "a blank figure"
+
+
+def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None:
+    files = write_analysis(summary, tmp_path, "patch4", CLASSES, history())
+    expected = {"heads.csv", "layers.csv", "tracking.csv", "distance.png", "entropy.png", "explainer.png",
+                "cls_attention.png", "locality.png"}
+    assert {p.name for p in files.values()} == expected
+    assert {p.name for p in tmp_path.iterdir()} == expected  # no temporary files left behind
+
+    heads = read_csv(tmp_path / "heads.csv")
+    assert len(heads) == 42
+    assert list(heads[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert tuple(heads[0]) == HEADS_COLUMNS
+    assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(l, h) for l in range(7) for h in range(6)]
+    assert float(heads[13]["mean_distance_px"]) == pytest.approx(float(summary.heads.distance_px[2, 1]), abs=1e-5)
+
+    layers = read_csv(tmp_path / "layers.csv")
+    assert len(layers) == 7 and tuple(layers[0]) == LAYERS_COLUMNS
+    for l, row in enumerate(layers):
+        head_mean = sum(float(r["entropy_nats"]) for r in heads if int(r["layer"]) == l) / 6
+        assert float(row["entropy_nats"]) == pytest.approx(head_mean, abs=1e-5)
+        assert float(row["uniform_distance_px"]) == pytest.approx(16.5459, abs=1e-4)
+        assert float(row["uniform_entropy_nats"]) == pytest.approx(4.174387, abs=1e-5)
+
+    tracked = read_tracking(tmp_path)
+    assert [(r["epoch"], r["layer"]) for r in tracked] == [(r["epoch"], r["layer"]) for r in history()]
+    assert [r["entropy"] for r in tracked] == pytest.approx([r["entropy"] for r in history()], abs=1e-6)
+    for name in expected - {"heads.csv", "layers.csv", "tracking.csv"}:
+        assert_real_png(tmp_path / name)
+
+
+def test_without_history_or_example_fewer_files(tmp_path: Path, summary: AttentionSummary) -> None:
+    bare = AttentionSummary(summary.heads, summary.patch_px, summary.grid, summary.num_images,
+                            summary.uniform_distance_px, summary.uniform_entropy_nats, example=None)
+    files = write_analysis(bare, tmp_path, "patch4")
+    assert {p.name for p in files.values()} == {"heads.csv", "layers.csv", "distance.png", "entropy.png",
+                                                "explainer.png"}
+    assert read_tracking(tmp_path) == []
+
+
+def test_summary_for_done(summary: AttentionSummary) -> None:
+    done = analysis_summary_for_done(summary)
+    assert done["layer1_distance_px"] == pytest.approx(float(summary.layers.distance_px[1]), abs=1e-5)
+    assert done["layer1_entropy_nats"] == pytest.approx(float(summary.layers.entropy_nats[1]), abs=1e-5)
+    assert done["uniform_distance_px"] == pytest.approx(16.5459, abs=1e-4)
+    assert done["analysis_images"] == 6

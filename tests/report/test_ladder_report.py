@@ -1,0 +1,172 @@
+"""The ladder report from hand-written run folders: one seed, three seeds (t-interval), partial ladders."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vitladder.analysis.outputs import LAYERS_COLUMNS, read_csv, write_csv
+from vitladder.config import RUNGS
+from vitladder.report.ladder_report import REFERENCE, build_report, log_report_to_wandb, mean_ci, t_quantile_975
+
+REPO = Path(__file__).resolve().parents[2]
+LADDER_COLUMNS = ["rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats"]
+
+
+def make_run(ladder: Path, rung: str, seed: int = 0, test_acc: float = 0.5, layer1: float = 12.0,
+             entropy1: float = 3.0, analysed: bool = True, finished: bool = True) -> Path:
+    """A run folder as train_rung + the analysis callback leave it (only the files the report reads)."""
+    run = ladder / (rung if seed == 0 else f"{rung}-seed{seed}")
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"rung: {rung}\nladder: {ladder.name}\nseed: {seed}\nprofile:\n  name: smoke\n"
+                                     "data:\n  source: synthetic\n  test_subset: 500\nanalysis:\n  num_images: 100\n"
+                                     "wandb:\n  project: vitladder-tests\n")
+    patch8 = rung in ("patch8", "augment")
+    uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
+    if analysed:
+        rows = [{"layer": l, "mean_distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
+                 "entropy_nats": entropy1 if l == 1 else 3.5, "cls_share": 0.05, "uniform_distance_px": uniform,
+                 "uniform_entropy_nats": uniform_h, "mean_distance_drop_px": 10.0} for l in range(7)]
+        write_csv(run / "analysis" / "layers.csv", LAYERS_COLUMNS, rows)
+    if finished:
+        (run / "done.json").write_text(json.dumps({"rung": rung, "ladder": ladder.name, "seed": seed, "epochs": 1,
+                                                   "test_acc": test_acc, "test_loss": 1.0, "val_acc": test_acc}))
+    return run
+
+
+def assert_png(path: Path) -> None:
+    with Image.open(path) as image:
+        assert image.format == "PNG" and min(image.size) > 200
+
+
+def test_one_seed_full_ladder(tmp_path: Path) -> None:
+    ladder = tmp_path / "smoke"
+    for i, rung in enumerate(RUNGS):
+        make_run(ladder, rung, test_acc=0.5 + i / 100, layer1=15.0 - i)
+    (ladder / "wandb").mkdir()  # other folders are ignored
+    report = build_report(ladder)
+
+    rows = read_csv(ladder / "ladder.csv")
+    assert list(rows[0]) == LADDER_COLUMNS
+    assert [r["rung"] for r in rows] == list(RUNGS)
+    assert float(rows[2]["test_acc"]) == pytest.approx(0.52)
+    assert float(rows[2]["layer1_distance_px"]) == pytest.approx(13.0)
+    assert float(rows[0]["uniform_distance_px"]) == pytest.approx(16.064)
+    assert float(rows[7]["uniform_distance_px"]) == pytest.approx(16.546)
+    assert float(rows[7]["layer1_entropy_nats"]) == pytest.approx(3.0)
+
+    text = report.read_text()
+    assert report == ladder / "report.md"
+    for rung in RUNGS:  # the project's numbers beside the reference ones
+        assert f"`{rung}`" in text and f"{REFERENCE[rung]['test_acc']:.1%}" in text
+    assert "52.0%" in text and "| 13.0 |" in text and "15.8 (16.1)" in text and "8.1 (16.5)" in text
+    assert "±" not in text.split("## Figures")[0].split("|---|")[1]  # one seed: no intervals in the table
+    assert "(patch8/analysis/)" in text and "profile `smoke`" in text and "not the full GPU recipe".lower() in text.lower()
+    for name in ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png"):
+        assert f"]({name})" in text
+        assert_png(ladder / name)
+
+
+def test_three_seeds_give_mean_and_t_interval(tmp_path: Path) -> None:
+    ladder = tmp_path / "seeds"
+    accs, dists = [0.80, 0.84, 0.83], [10.0, 11.5, 9.0]
+    for seed, (acc, dist) in enumerate(zip(accs, dists)):
+        make_run(ladder, "warmup", seed=seed, test_acc=acc, layer1=dist)
+    make_run(ladder, "patch4", test_acc=0.7, layer1=14.0)
+    build_report(ladder)
+
+    rows = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
+    assert list(rows) == ["patch4", "warmup"]  # ladder order, only finished rungs
+    assert list(next(iter(rows.values())))[:5] == LADDER_COLUMNS
+    warmup = rows["warmup"]
+    # by hand: t_{0.975, 2} = 4.302653, half-width = t * s / sqrt(n)
+    mean = sum(accs) / 3
+    sd = math.sqrt(sum((a - mean) ** 2 for a in accs) / 2)
+    assert float(warmup["test_acc"]) == pytest.approx(mean, abs=1e-6)
+    assert float(warmup["test_acc_ci95"]) == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-4)
+    dmean = sum(dists) / 3
+    dsd = math.sqrt(sum((d - dmean) ** 2 for d in dists) / 2)
+    assert float(warmup["layer1_distance_px"]) == pytest.approx(dmean, abs=1e-6)
+    assert float(warmup["layer1_distance_px_ci95"]) == pytest.approx(4.302653 * dsd / math.sqrt(3), rel=1e-4)
+    assert warmup["n_seeds"] == "3" and rows["patch4"]["n_seeds"] == "1" and rows["patch4"]["test_acc_ci95"] == ""
+
+    text = (ladder / "report.md").read_text()
+    assert f"{100 * mean:.1f}% ± {100 * 4.302653 * sd / math.sqrt(3):.1f}" in text
+    assert "[warmup-seed2](warmup-seed2/analysis/)" in text and "95% CI" in text
+
+
+def test_unfinished_and_unanalysed_runs(tmp_path: Path) -> None:
+    ladder = tmp_path / "partial"
+    make_run(ladder, "patch8", test_acc=0.55, layer1=15.5)
+    make_run(ladder, "augment", finished=False)  # still training: left out
+    make_run(ladder, "patch4", test_acc=0.7, analysed=False)  # finished, no analysis yet
+    build_report(ladder)
+    rows = read_csv(ladder / "ladder.csv")
+    assert [r["rung"] for r in rows] == ["patch8", "patch4"]
+    assert rows[1]["test_acc"] == "0.7" and rows[1]["layer1_distance_px"] == ""
+    assert "not finished" in (ladder / "report.md").read_text()
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (30, 2.0423), (40, 2.0211),
+                                          (100, 1.9840), (10**6, 1.9600)])
+def test_t_quantiles(df: int, expected: float) -> None:
+    assert t_quantile_975(df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_mean_ci_single_value() -> None:
+    assert mean_ci([3.0]) == (3.0, None)
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_report_script(tmp_path: Path, capsys) -> None:
+    ladder = tmp_path / "smoke"
+    make_run(ladder, "patch8")
+    report = load_script("report").main([str(ladder), "--wandb-mode", "disabled"])
+    assert report.is_file() and "1 rungs (1 runs)" in capsys.readouterr().out
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("report").main([str(tmp_path / "empty"), "--wandb-mode", "disabled"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "no finished rung" in err
+
+
+def test_report_logged_to_wandb_offline(tmp_path: Path) -> None:
+    ladder = tmp_path / "smoke"
+    make_run(ladder, "patch8", layer1=15.5)
+    make_run(ladder, "patch4", layer1=13.0)
+    build_report(ladder)
+    run_id = log_report_to_wandb(ladder, mode="offline")
+    assert run_id
+    run_dirs = list((ladder / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(run_dirs) == 1 and list(run_dirs[0].glob("*.wandb"))
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--summary", "--json", str(ladder / "wandb")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    inspected = json.loads(result.stdout)
+    assert inspected["summary"]["report/patch4/layer1_distance_px"] == pytest.approx(13.0)
+    assert "report/ladder" in inspected["summary"] and "report/distance_by_layer" in inspected["summary"]
+
+
+def test_corrupt_done_json_is_one_clean_error(tmp_path: Path, capsys) -> None:
+    ladder = tmp_path / "smoke"
+    run = make_run(ladder, "patch8")
+    (run / "done.json").write_text("{not json")
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("report").main([str(ladder), "--wandb-mode", "disabled"])
+    assert exit_info.value.code == 2 and str(run) in capsys.readouterr().err
