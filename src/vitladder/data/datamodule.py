@@ -79,11 +79,14 @@ class ImageDataModule(L.LightningDataModule):
         load_source(self.cfg)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train is not None:
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        if self.train is not None:  # set up before the trainer existed (run.py reads the classes first): move
+            self.train, self.val, self.test = (
+                Split(s.images.to(device), s.labels.to(device)) for s in (self.train, self.val, self.test)
+            )
             return
         splits = load_source(self.cfg)
         self.classes = splits.classes
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         train, val, test = split_train_val_test(
             splits,
             val_size=int(self.cfg.val_size),
