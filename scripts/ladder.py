@@ -24,10 +24,14 @@ def main(argv: list[str] | None = None) -> None:
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
+    from vitladder.demo.export import export_demo
     from vitladder.report.ladder_report import build_report, log_report_to_wandb
 
     summaries = run_ladder(runs, train_rung, estimate_ladder)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent
+    final = next(run for run in runs if run.rung == runs[-1].rung)  # the top rung, first seed
+    if not (final.run_dir / "demo" / "index.html").exists():
+        print(f"browser demo: {export_demo(final.run_dir)}")
     report = build_report(ladder_dir)
     log_report_to_wandb(ladder_dir, project=cfg.wandb.project, group=cfg.ladder, mode=cfg.wandb.mode,
                         entity=cfg.wandb.entity)

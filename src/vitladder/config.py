@@ -40,6 +40,38 @@ def check_rung(rung: str) -> str:
     return rung
 
 
+def _leaves(node: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(node, dict):
+        leaves: dict[str, object] = {}
+        for key, value in node.items():
+            leaves.update(_leaves(value, f"{prefix}{key}."))
+        return leaves
+    return {prefix[:-1]: node}
+
+
+def check_types(cfg: DictConfig) -> None:
+    """A number or switch of the base config given as something else (`trainer.max_epochs=abc`) is
+    a one-line error here rather than a traceback deep in training."""
+    base = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"), resolve=False)
+    base.pop("defaults", None)
+    base.pop("hydra", None)
+    for key, default in _leaves(base).items():
+        if not isinstance(default, (bool, int, float)):
+            continue  # strings, lists and nulls take anything
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if value is None:
+            continue
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and (isinstance(value, int) or not isinstance(default, int) or float(value).is_integer())
+        if not ok:
+            kind = "true or false" if isinstance(default, bool) else "an integer" if isinstance(default, int) else "a number"
+            example = str(default).lower() if isinstance(default, bool) else default
+            raise UserError(f"{key}={value!r} is not valid: {key} takes {kind}, e.g. {key}={example}")
+
+
 def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The config `python train.py +step=<rung> <overrides>` would run, composed in-process."""
     from hydra import compose, initialize_config_dir
@@ -50,10 +82,17 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
     check_rung(rung)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=[f"+step={rung}", *overrides])
+            cfg = compose(config_name="config", overrides=[f"+step={rung}", *overrides])
     except (HydraException, OmegaConfBaseException) as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise UserError(f"bad override in {list(overrides)}: {first_line}") from None
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        hint = next((line for line in lines if line.startswith("To append")), "")
+        if any(line.startswith("Available options") for line in lines):
+            start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+            options = [line for line in lines[start + 1 :] if " " not in line]
+            hint = f"choose one of {', '.join(options)}"
+        raise UserError(f"{lines[0]}{': ' + hint if hint else ''} (overrides: {' '.join(overrides)})") from None
+    check_types(cfg)
+    return cfg
 
 
 def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:

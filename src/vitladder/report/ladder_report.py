@@ -205,6 +205,10 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
               "![three made-up heads](explainer.png)", "",
               "Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, `distance.png`, `entropy.png`, "
               "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).", ""]
+    demos = sorted(ladder_dir.glob("*/demo/index.html"))
+    if demos:
+        lines += ["## Browser demo", "", "Hover a patch to see where it looks in every layer and head (opens from disk):",
+                  "", *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos), ""]
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
+from vitladder.training.resume import restore_rng_state, rng_state
 
 
 class TrainingDiverged(UserError):
@@ -142,6 +143,14 @@ class LadderModule(L.LightningModule):
             t_in_epochs=False,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # With the RNG streams saved, a resumed run draws the same MixUp and drop-path samples.
+        checkpoint["rng_state"] = rng_state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "rng_state" in checkpoint:
+            restore_rng_state(checkpoint["rng_state"])
 
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
         # timm schedulers are driven by the update count, not by epochs.

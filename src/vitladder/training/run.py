@@ -18,7 +18,9 @@ from vitladder.analysis.outputs import analysis_summary_for_done
 from vitladder.atomic import atomic_path, write_json, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
+from vitladder.errors import UserError
 from vitladder.training.module import LadderModule
+from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.training.wandb_run import make_logger
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
@@ -101,46 +103,82 @@ def save_model(module: LadderModule, paths: RunPaths, classes: tuple[str, ...], 
         )
 
 
-def train_rung(cfg: DictConfig) -> dict:
-    """Trains, tests and saves one rung; returns its summary. A finished rung is skipped untouched."""
-    paths = RunPaths(Path(cfg.run_dir))
-    if paths.done.exists():
-        return read_summary(paths.root)
-    paths.root.mkdir(parents=True, exist_ok=True)
-    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
-    started = time.time()
+class RunInterrupted(UserError):
+    exit_code = 130
 
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
-    datamodule.prepare_data()
-    datamodule.setup()
-    module = build_module(cfg, num_classes=len(datamodule.classes))
-    wandb_logger = make_logger(cfg, paths.root)
-    csv_logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
-    checkpoint = ModelCheckpoint(
-        dirpath=str(paths.checkpoints), save_last=True, save_top_k=0, save_on_train_epoch_end=True
-    )
-    analysis = AttentionAnalysis.from_config(
-        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size)
-    )
+
+def prepare_run_dir(paths: RunPaths) -> None:
+    try:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        probe = paths.root / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise UserError(
+            f"cannot write to the output folder {paths.root} ({error.strerror}): choose another with output_root=PATH"
+        ) from None
+
+
+def resume_checkpoint(paths: RunPaths) -> str | None:
+    """last.ckpt of an interrupted run (metrics.csv cut back to it), or None for a fresh start."""
+    if not paths.last_ckpt.exists():
+        return None
+    prune_metrics(paths.metrics_csv, from_epoch=checkpoint_epoch(paths.last_ckpt))
+    return str(paths.last_ckpt)
+
+
+def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
     max_epochs, _ = scaled_epochs(cfg)
-    trainer = L.Trainer(
+    return L.Trainer(
         max_epochs=max_epochs,
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
         strategy=cfg.trainer.strategy,
         max_time=cfg.trainer.max_time,
         precision=resolve_precision(cfg.trainer.precision),
-        logger=[wandb_logger, csv_logger],
-        callbacks=[checkpoint, analysis],
+        logger=loggers,
+        callbacks=callbacks,
         default_root_dir=str(paths.root),
         enable_progress_bar=bool(cfg.trainer.progress_bar),
         enable_model_summary=False,
         log_every_n_steps=int(cfg.trainer.log_every_n_steps),
         num_sanity_val_steps=0,
     )
-    resume_from = str(paths.last_ckpt) if paths.last_ckpt.exists() else None
+
+
+def train_rung(cfg: DictConfig) -> dict:
+    """Trains, tests, analyses and saves one rung; returns its summary.
+
+    A finished rung (done.json present) is skipped untouched; an interrupted one resumes from
+    last.ckpt in the same W&B run. done.json is written last, so its presence means finished.
+    """
+    paths = RunPaths(Path(cfg.run_dir))
+    if paths.done.exists():
+        return read_summary(paths.root)
+    started = time.time()
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule.prepare_data()  # bad data fails here, before the run folder exists
+    datamodule.setup()
+    prepare_run_dir(paths)
+    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    resume_from = resume_checkpoint(paths)
+
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    module = build_module(cfg, num_classes=len(datamodule.classes))
+    wandb_logger = make_logger(cfg, paths.root)
+    csv_logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
+    # Saved at the end of every training epoch, after the divergence check, atomically by Lightning.
+    checkpoint = ModelCheckpoint(
+        dirpath=str(paths.checkpoints), filename=paths.last_ckpt.stem, enable_version_counter=False,
+        monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced every epoch
+    )
+    analysis = AttentionAnalysis.from_config(
+        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size)
+    )
+    trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], [checkpoint, analysis])
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
+        raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
     val_acc = float(trainer.callback_metrics["val/acc"])
     test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import warnings
 from pathlib import Path
+from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
@@ -17,16 +20,38 @@ def logged_in() -> bool:
     try:
         from wandb.sdk.lib.wbauth import read_netrc_auth
 
-        return read_netrc_auth(host=os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")) is not None
+        return read_netrc_auth(host=base_url()) is not None
     except Exception:  # an unreadable netrc is the same as not logged in
         return False
 
 
+def base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
+def reachable(url: str, timeout_s: float = 3.0) -> bool:
+    """Whether the W&B server accepts a TCP connection: cheaper than wandb.init's 90 s time-out."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def resolve_mode(requested: str) -> str:
-    """WANDB_MODE wins, then the config; `auto` is online only with credentials."""
+    """WANDB_MODE wins, then the config; `auto` is online only with credentials. Online without a
+    network falls back to offline with a warning, so training goes on (upload later with `wandb sync`)."""
     mode = os.environ.get("WANDB_MODE") or requested
     if mode == "auto":
-        return "online" if logged_in() else "offline"
+        mode = "online" if logged_in() else "offline"
+    if mode == "online" and not reachable(base_url()):
+        warnings.warn(
+            f"W&B server {base_url()} unreachable: logging offline instead; upload later with `wandb sync`",
+            stacklevel=2,
+        )
+        mode = "offline"
     return mode
 
 

@@ -1,0 +1,133 @@
+"""Export a trained model's attention as a self-contained static browser demo.
+
+    export_demo(Path("outputs/full/epochs200"))  # -> outputs/full/epochs200/demo/index.html
+
+The folder holds ``index.html``, ``demo.css``, ``demo.js`` (copied from ``static/``) and
+``data.js`` (this run's numbers, see :mod:`vitladder.demo.pack`). It needs no build step,
+no network and no server: open ``index.html`` from disk or serve the folder statically.
+The images are the first N of the run's own seeded test split (as in the analysis).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from vitladder.analysis.capture import capture_attention
+from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
+from vitladder.analysis.metrics import attention_rollout
+from vitladder.atomic import write_text
+from vitladder.data.augment import normalize
+from vitladder.demo.pack import (
+    DATA_FORMAT,
+    colormap_lut,
+    encode_array,
+    quantise_rows,
+    render_data_js,
+)
+from vitladder.errors import UserError
+
+__all__ = ["STATIC_FILES", "attention_payload", "default_out_dir", "export_demo"]
+
+STATIC_FILES = ("index.html", "demo.css", "demo.js")
+BATCH = 64  # images per forward pass
+
+
+def default_out_dir(meta: LoadedModel) -> Path:
+    """``<run folder>/demo``, or ``<checkpoint stem>-demo`` beside a checkpoint in no run folder."""
+    if meta.run_dir is not None:
+        return meta.run_dir / "demo"
+    return meta.path.parent / f"{meta.path.stem}-demo"
+
+
+@torch.no_grad()
+def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor) -> list[dict]:
+    """Per image: pixels, label, prediction and quantised attention of every layer and head.
+
+    ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query
+    token (0 = CLS, 1.. = patches), the attention to the N patch keys, each row scaled to its
+    maximum (``scale``, float32 ``(L, H + 1, T)``). ``cls`` is the attention to the CLS key,
+    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches.
+    """
+    logits, maps = capture_attention(model, normalize(images_u8))  # (B, C), L x (B, H, T, T)
+    attn = torch.stack(maps, dim=1)  # (B, L, H, T, T)
+    attn = torch.cat([attn, attn.mean(dim=2, keepdim=True)], dim=2)  # (B, L, H + 1, T, T)
+    codes, scale = quantise_rows(attn[..., 1:])  # (B, L, H + 1, T, N), (B, L, H + 1, T)
+    to_cls = torch.round(attn[..., 0].clamp(0, 1) * 255).to(torch.uint8)  # (B, L, H + 1, T)
+    rollout_codes, rollout_scale = quantise_rows(attention_rollout(maps))  # (B, N), (B,)
+    probs = logits.softmax(dim=-1)  # (B, C)
+    pixels = images_u8.permute(0, 2, 3, 1)  # (B, 32, 32, 3) RGB rows, as ImageData wants them
+    return [
+        {
+            "label": int(labels[b]),
+            "pred": int(probs[b].argmax()),
+            "prob": round(float(probs[b].max()), 4),
+            "pixels": encode_array(pixels[b], "u1"),
+            "attn": encode_array(codes[b], "u1"),
+            "scale": encode_array(scale[b], "f4"),
+            "cls": encode_array(to_cls[b], "u1"),
+            "rollout": encode_array(rollout_codes[b], "u1"),
+            "rollout_scale": float(rollout_scale[b]),
+        }
+        for b in range(len(images_u8))
+    ]
+
+
+def _done(meta: LoadedModel) -> dict:
+    path = meta.run_dir / "done.json" if meta.run_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # a damaged done.json costs the page its accuracy line, not the export
+
+
+def export_demo(
+    source: Path,
+    out_dir: Path | None = None,
+    num_images: int = 16,
+    overrides: Sequence[str] = (),
+) -> Path:
+    """Write the demo of ``source`` (a run folder, model.pt or last.ckpt); returns index.html.
+
+    ``overrides`` (``key=value``) change the run's config, e.g. where its data now lives.
+    """
+    if num_images < 1:
+        raise UserError(f"--images must be at least 1, got {num_images}")
+    model, meta = load_model(source)  # CheckpointError: one line naming the file
+    cfg = load_run_config(meta, overrides)
+    images, labels, classes = test_split(cfg)
+    images, labels = images[:num_images], labels[:num_images]
+    vit = meta.vit_config
+    done = _done(meta)
+    payload = {
+        "format": DATA_FORMAT,
+        "rung": str(meta.rung or done.get("rung") or cfg.rung),
+        "ladder": str(meta.ladder or cfg.get("ladder") or ""),
+        "test_acc": done.get("test_acc"),
+        "checkpoint": meta.path.name,
+        "classes": list(meta.classes or classes),
+        "layers": vit.depth,
+        "heads": vit.num_heads,
+        "grid": vit.img_size // vit.patch_size,
+        "patch_size": vit.patch_size,
+        "image_size": vit.img_size,
+        "lut": encode_array(colormap_lut(), "u1"),
+        "images": [entry for start in range(0, len(images), BATCH)  # batches bound the float maps' memory
+                   for entry in attention_payload(model, images[start:start + BATCH], labels[start:start + BATCH])],
+    }
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(meta)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    static = resources.files("vitladder.demo") / "static"
+    files = {name: (static / name).read_text() for name in STATIC_FILES}
+    files["data.js"] = render_data_js(payload)
+    for name, text in sorted(files.items(), key=lambda item: item[0] == "index.html"):
+        write_text(out_dir / name, text)  # index.html last: its presence means the demo is complete
+        (out_dir / name).chmod(0o644)  # atomic writes start private; a static server must read them
+    return out_dir / "index.html"

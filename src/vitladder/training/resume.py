@@ -1,0 +1,65 @@
+"""Picking up an interrupted rung: a readable last.ckpt, metrics.csv cut back to it, the same RNG streams."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitladder.atomic import atomic_path
+from vitladder.errors import CheckpointError
+
+
+def checkpoint_epoch(ckpt: Path) -> int:
+    """Epochs finished when `ckpt` was written; a truncated or foreign file is a clear error."""
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        return int(state["epoch"]) + 1  # Lightning stores the index of the epoch that just ended
+    except Exception as error:  # torch raises several types for damaged files
+        raise CheckpointError(
+            f"{ckpt}: unreadable checkpoint ({type(error).__name__}); delete it to retrain this rung from scratch"
+        ) from None
+
+
+def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
+    """Drops rows of epochs the checkpoint does not hold, so a resumed run logs each epoch once."""
+    if not metrics_csv.exists():
+        return
+    with metrics_csv.open(newline="") as file:
+        reader = csv.DictReader(file)
+        fields = reader.fieldnames or []
+        rows = [row for row in reader if row.get("epoch") and int(row["epoch"]) < from_epoch]
+    with atomic_path(metrics_csv) as tmp, tmp.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def rng_state() -> dict:
+    """Global RNG streams (MixUp/CutMix draws from numpy, drop path from torch) for the checkpoint,
+    as tensors and numbers only, so the checkpoint still loads with `weights_only=True`."""
+    _, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    numpy_state = state["numpy"]
+    np.random.set_state((
+        "MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["position"],
+        numpy_state["has_gauss"], numpy_state["cached_gaussian"],
+    ))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
