@@ -31,3 +31,16 @@ def cifar10_cache_dir() -> Path:
     """``<repo>/data/cache`` (or ``$VITLADDER_DATA_CACHE``): the cache the training runs use too
     (conf/data/imagefolder.yaml), so the archive is decoded once per machine, not once per session."""
     return Path(os.environ.get("VITLADDER_DATA_CACHE", REPO_ROOT / "data" / "cache"))
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a child `train.py`/`ladder.py`: offline W&B, and not this test process's W&B
+    service (an in-process run exports WANDB_SERVICE; a child killed mid-run would leave its stream there)."""
+    env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}
+    env.update({"WANDB_MODE": "offline", **extra})
+    return {key: value for key, value in env.items() if value}
+
+
+@pytest.fixture(scope="session")
+def child_env():
+    return subprocess_env

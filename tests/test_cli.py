@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import warnings
@@ -16,9 +15,13 @@ TINY = ["profile=smoke", "data.num_train=300", "data.num_test=50", "data.val_siz
         "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10", "trainer.progress_bar=false"]
 
 
-def train(repo_root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "train.py", *args], cwd=repo_root, capture_output=True, text=True,
-                          timeout=300, env={k: v for k, v in {**os.environ, "WANDB_MODE": "offline", **(env or {})}.items() if v})
+@pytest.fixture
+def train(child_env):
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "train.py", *args], cwd=repo_root, capture_output=True, text=True,
+                              timeout=300, env=child_env(**(env or {})))
+
+    return run
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
@@ -37,35 +40,35 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     ("trainer.max_epoch=3", ("trainer.max_epoch", "+trainer.max_epoch=3")),
     ("data=imagenet", ("data/imagenet", "cifar10, imagefolder, synthetic")),
 ])
-def test_malformed_overrides(repo_root, tmp_path, override, needles):
-    result = train(repo_root, "+step=patch8", override, f"output_root={tmp_path}")
+def test_malformed_overrides(train, tmp_path, override, needles):
+    result = train("+step=patch8", override, f"output_root={tmp_path}")
     assert_one_line_error(result, *needles)
     assert not any(tmp_path.iterdir()), "nothing written"
 
 
-def test_missing_data_folder(repo_root, tmp_path):
+def test_missing_data_folder(train, tmp_path):
     missing = tmp_path / "no-such-folder"
-    result = train(repo_root, "+step=patch8", "data=imagefolder", f"data.root={missing}", f"output_root={tmp_path / 'out'}")
+    result = train("+step=patch8", "data=imagefolder", f"data.root={missing}", f"output_root={tmp_path / 'out'}")
     assert_one_line_error(result, str(missing))
     assert not (tmp_path / "out").exists()
 
 
-def test_corrupted_archive(repo_root, tmp_path):
+def test_corrupted_archive(train, tmp_path):
     archive = tmp_path / "cifar.tar.xz"
     archive.write_bytes(b"\xfd7zXZ\x00 this is not really an archive" * 10)
-    result = train(repo_root, "+step=patch8", "data=imagefolder", f"data.root={archive}", f"output_root={tmp_path / 'out'}")
+    result = train("+step=patch8", "data=imagefolder", f"data.root={archive}", f"output_root={tmp_path / 'out'}")
     assert_one_line_error(result, str(archive))
 
 
-def test_unwritable_output_folder(repo_root, tmp_path):
+def test_unwritable_output_folder(train, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    result = train(repo_root, "+step=patch8", *TINY, f"output_root={blocker / 'outputs'}")
+    result = train("+step=patch8", *TINY, f"output_root={blocker / 'outputs'}")
     assert_one_line_error(result, "cannot write to the output folder", "output_root=")
 
 
-def test_nan_loss_names_the_epoch(repo_root, tmp_path):
-    result = train(repo_root, "+step=patch8", *TINY, "optim.lr=1e30", f"output_root={tmp_path}")
+def test_nan_loss_names_the_epoch(train, tmp_path):
+    result = train("+step=patch8", *TINY, "optim.lr=1e30", f"output_root={tmp_path}")
     assert_one_line_error(result, "epoch 0", "optim.lr")
     assert not (tmp_path / "smoke" / "patch8" / "done.json").exists()
 
@@ -80,8 +83,8 @@ def test_wandb_online_without_a_network_falls_back_to_offline(monkeypatch):
     assert resolve_mode("disabled") == "disabled"
 
 
-def test_training_goes_on_offline_when_online_is_asked_without_a_network(repo_root, tmp_path):
-    result = train(repo_root, "+step=patch8", *TINY, f"output_root={tmp_path}", "wandb.mode=online",
+def test_training_goes_on_offline_when_online_is_asked_without_a_network(train, tmp_path):
+    result = train("+step=patch8", *TINY, f"output_root={tmp_path}", "wandb.mode=online",
                    env={"WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "unreachable" in result.stderr

@@ -98,6 +98,11 @@ class ImageDataModule(L.LightningDataModule):
             Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test)
         )
 
+    def _epochs_done(self) -> int:
+        # Batches are a pure function of (seed, epoch). Epochs processed, not `current_epoch`: Lightning
+        # starts a resumed run's iterator before it updates `current_epoch` from the checkpoint.
+        return self.trainer.fit_loop.epoch_progress.current.processed if self.trainer is not None else 0
+
     def _rank(self) -> tuple[int, int]:
         if self.trainer is None:
             return 0, 1
@@ -117,6 +122,7 @@ class ImageDataModule(L.LightningDataModule):
             drop_last=train,  # MixUp needs even, equal batches
             rank=rank,
             world_size=world_size,
+            epoch_source=self._epochs_done if train else None,
         )
 
     def train_dataloader(self) -> DeviceBatches:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -36,8 +36,8 @@ class DeviceBatches:
     rank gets the same number of batches, as DDP requires. ``drop_last`` also drops a rank's last,
     incomplete batch.
 
-    ``iter()`` yields the epoch last given to :meth:`set_epoch`; the training module calls it at the
-    start of every epoch with the trainer's epoch, so a resumed run replays the right batches.
+    ``iter()`` yields the epoch that ``epoch_source()`` returns at that moment (the datamodule passes
+    the trainer's epoch, also right after a resume), or else the one last given to :meth:`set_epoch`.
     """
 
     def __init__(
@@ -54,6 +54,7 @@ class DeviceBatches:
         drop_last: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        epoch_source: Callable[[], int] | None = None,
     ) -> None:
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"images must be (N, C, H, W) uint8, got {tuple(images.shape)} {images.dtype}")
@@ -73,6 +74,7 @@ class DeviceBatches:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
+        self.epoch_source = epoch_source
 
         n = images.shape[0]
         self.samples_per_rank = n // world_size if drop_last else math.ceil(n / world_size)
@@ -101,7 +103,7 @@ class DeviceBatches:
         return order[:total][self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        return self._batches(self.epoch)
+        return self._batches(self.epoch_source() if self.epoch_source is not None else self.epoch)
 
     def _batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         indices = self.indices(epoch)

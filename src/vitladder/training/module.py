@@ -75,13 +75,6 @@ class LadderModule(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)  # (B, num_classes)
 
-    def on_train_epoch_start(self) -> None:
-        # Batches are a pure function of (seed, epoch): set it before the epoch's iter(), so that a
-        # resumed run sees the very same data as an uninterrupted one.
-        loader = self.trainer.train_dataloader
-        if hasattr(loader, "set_epoch"):
-            loader.set_epoch(self.current_epoch)
-
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, labels = batch  # (B, 3, 32, 32) float, (B,) int64
         targets = labels
@@ -130,8 +123,8 @@ class LadderModule(L.LightningModule):
         optimizer = create_optimizer_v2(
             self.model, opt="adamw", lr=optim["lr"], weight_decay=optim["weight_decay"], betas=tuple(optim["betas"])
         )
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        steps_per_epoch = max(1, total_steps // max(1, self.hparams.max_epochs))
+        steps_per_epoch = self._steps_per_epoch()
+        total_steps = steps_per_epoch * self.hparams.max_epochs
         warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
         scheduler = CosineLRScheduler(
             optimizer,
@@ -151,6 +144,14 @@ class LadderModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "rng_state" in checkpoint:
             restore_rng_state(checkpoint["rng_state"])
+
+    def _steps_per_epoch(self) -> int:
+        # Not trainer.estimated_stepping_batches: it starts iterating the training data before a
+        # checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
+        batches = len(self.trainer.datamodule.train_dataloader())
+        limit = self.trainer.limit_train_batches
+        batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+        return max(1, batches // self.trainer.accumulate_grad_batches)
 
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
         # timm schedulers are driven by the update count, not by epochs.

@@ -31,7 +31,8 @@ def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
     with metrics_csv.open(newline="") as file:
         reader = csv.DictReader(file)
         fields = reader.fieldnames or []
-        rows = [row for row in reader if row.get("epoch") and int(row["epoch"]) < from_epoch]
+        # A run killed while Lightning appended a row leaves a partial line: keep whole rows only.
+        rows = [row for row in reader if (row.get("epoch") or "").isdigit() and int(row["epoch"]) < from_epoch]
     with atomic_path(metrics_csv) as tmp, tmp.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=fields)
         writer.writeheader()

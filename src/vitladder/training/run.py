@@ -127,6 +127,17 @@ def resume_checkpoint(paths: RunPaths) -> str | None:
     return str(paths.last_ckpt)
 
 
+def make_csv_logger(paths: RunPaths) -> CSVLogger:
+    """metrics.csv, one row per epoch; a resumed run keeps the rows of the epochs its checkpoint holds."""
+    kept = paths.metrics_csv.read_text() if paths.metrics_csv.exists() else None
+    logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
+    writer = logger.experiment  # Lightning deletes an existing metrics.csv here...
+    if kept is not None:
+        write_text(paths.metrics_csv, kept)  # ...so the finished epochs are put back,
+        writer.metrics_keys = sorted(kept.splitlines()[0].split(","))  # and the writer knows their columns
+    return logger
+
+
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
     max_epochs, _ = scaled_epochs(cfg)
     return L.Trainer(
@@ -166,7 +177,7 @@ def train_rung(cfg: DictConfig) -> dict:
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, num_classes=len(datamodule.classes))
     wandb_logger = make_logger(cfg, paths.root)
-    csv_logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
+    csv_logger = make_csv_logger(paths)
     # Saved at the end of every training epoch, after the divergence check, atomically by Lightning.
     checkpoint = ModelCheckpoint(
         dirpath=str(paths.checkpoints), filename=paths.last_ckpt.stem, enable_version_counter=False,
