@@ -16,7 +16,7 @@ TINY = ["profile=smoke", "data.num_train=300", "data.num_test=50", "data.val_siz
 
 
 @pytest.fixture
-def train(child_env):
+def train(repo_root, child_env):
     def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "train.py", *args], cwd=repo_root, capture_output=True, text=True,
                               timeout=300, env=child_env(**(env or {})))

@@ -39,6 +39,15 @@ def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
         writer.writerows(rows)
 
 
+def last_logged(metrics_csv: Path, key: str) -> float:
+    """The last value of `key` in metrics.csv (a resumed run whose epochs were all done logs none)."""
+    with metrics_csv.open(newline="") as file:
+        values = [row[key] for row in csv.DictReader(file) if row.get(key)]
+    if not values:
+        raise CheckpointError(f"{metrics_csv}: no {key} logged; delete the run folder to retrain this rung")
+    return float(values[-1])
+
+
 def rng_state() -> dict:
     """Global RNG streams (MixUp/CutMix draws from numpy, drop path from torch) for the checkpoint,
     as tensors and numbers only, so the checkpoint still loads with `weights_only=True`."""

@@ -20,7 +20,7 @@ from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
 from vitladder.training.module import LadderModule
-from vitladder.training.resume import checkpoint_epoch, prune_metrics
+from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
 from vitladder.training.wandb_run import make_logger
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
@@ -190,7 +190,10 @@ def train_rung(cfg: DictConfig) -> dict:
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
         raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
-    val_acc = float(trainer.callback_metrics["val/acc"])
+    val_acc = trainer.callback_metrics.get("val/acc")
+    if val_acc is None:  # resumed after the last epoch had finished: nothing was validated this time
+        val_acc = last_logged(paths.metrics_csv, "val/acc")
+    val_acc = float(val_acc)
     test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
 
     summary = {
