@@ -1,0 +1,58 @@
+"""The benchmark runs end to end with tiny step counts and writes every figure (no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from vitladder.training.benchmark import format_table, run_benchmark, settings_for
+
+FIGURES = {"project_images_per_s", "bare_images_per_s", "project_over_bare", "project_step_s", "bare_step_s",
+           "data_batch_s", "data_share", "epoch_s", "analysis_s", "forward_s", "analysis_over_forward",
+           "analysis_images", "parameters", "precision", "settings", "rounds", "meets_targets"}
+TINY_RUN = dict(batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=32, analysis_batch_size=16,
+                analysis_rounds=1)
+
+
+def load_script(repo_root):
+    spec = importlib.util.spec_from_file_location("bench_script", repo_root / "scripts" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_reports_every_figure():
+    report = run_benchmark(["tiny"], "cpu", TINY_RUN, log=lambda _: None)
+    assert report["device"] == "cpu" and set(report["widths"]) == {"tiny"}
+    figures = report["widths"]["tiny"]
+    assert FIGURES <= set(figures)
+    for key in ("project_images_per_s", "bare_images_per_s", "project_over_bare", "data_share", "epoch_s",
+                "analysis_over_forward"):
+        assert figures[key] > 0, key
+    assert figures["epoch_s"] == pytest.approx(45_000 / figures["project_images_per_s"])
+    assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 32
+    assert all(len(times) == 2 for times in figures["rounds"].values())
+    table = format_table(report)
+    for label in ("project / bare", "data share of a step", "analysis / forward", "CIFAR-10 epoch"):
+        assert label in table
+
+
+def test_the_script_writes_the_json(tmp_path, repo_root, capsys):
+    out = tmp_path / "bench.json"
+    bench = load_script(repo_root)
+    bench.main(["--width", "tiny", "--device", "cpu", "--out", str(out), "--batch-size", "16", "--warmup", "1",
+                "--steps", "1", "--rounds", "1", "--analysis-images", "16"])
+    report = json.loads(out.read_text())
+    assert FIGURES <= set(report["widths"]["tiny"])
+    assert report["targets"]["project_over_bare_min"] == 0.95
+    assert "project / bare" in capsys.readouterr().out
+
+
+def test_default_settings_fit_the_cpu():
+    tiny, full = settings_for("tiny", "cpu"), settings_for("full", "cpu")
+    assert (tiny.embed_dim, full.embed_dim) == (48, 384)
+    assert full.batch_size * (full.warmup + full.steps + 1) * full.rounds * 2 <= 2500  # ~20 img/s: minutes
+    with pytest.raises(ValueError, match="width"):
+        settings_for("huge", "cpu")
