@@ -58,11 +58,11 @@ def test_format_seconds():
 
 
 @pytest.mark.slow
-def test_smoke_ladder_trains_every_rung(repo_root, tmp_path):
+def test_smoke_ladder_trains_every_rung(repo_root, tmp_path, child_env):
     started = time.time()
     result = subprocess.run(
         [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}", "trainer.progress_bar=false"],
-        cwd=repo_root, capture_output=True, text=True, timeout=900,
+        cwd=repo_root, capture_output=True, text=True, timeout=1800, env=child_env(),
     )
     elapsed = time.time() - started
     assert result.returncode == 0, result.stderr[-3000:]
