@@ -14,6 +14,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import wandb
 
 from vitladder.config import RUNGS
 from vitladder.training import run as run_module
@@ -91,6 +92,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_cfg, m
     kept = torch.load(paths.last_ckpt, map_location="cpu", weights_only=False)
     assert kept["epoch"] == 0 and all(torch.isfinite(v).all() for v in kept["state_dict"].values())
     assert not paths.done.exists() and not paths.model.exists()
+    assert wandb.run is None  # closed as failed: a later run in this process must not attach to it
 
 
 def wait_for(condition, process: subprocess.Popen, timeout_s: float = 300) -> None:

@@ -21,7 +21,7 @@ from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
 from vitladder.training.module import LadderModule
 from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
-from vitladder.training.wandb_run import make_logger
+from vitladder.training.wandb_run import finished_if_failed, make_logger
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
 MODEL_FILE = "model.pt"  # the final model, loadable without Lightning
@@ -186,15 +186,16 @@ def train_rung(cfg: DictConfig) -> dict:
     analysis = AttentionAnalysis.from_config(
         cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size)
     )
-    trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], [checkpoint, analysis])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
-    if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
-        raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
-    val_acc = trainer.callback_metrics.get("val/acc")
-    if val_acc is None:  # resumed after the last epoch had finished: nothing was validated this time
-        val_acc = last_logged(paths.metrics_csv, "val/acc")
-    val_acc = float(val_acc)
-    test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+    with finished_if_failed():
+        trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], [checkpoint, analysis])
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+        if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
+            raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
+        val_acc = trainer.callback_metrics.get("val/acc")
+        if val_acc is None:  # resumed after the last epoch had finished: nothing was validated this time
+            val_acc = last_logged(paths.metrics_csv, "val/acc")
+        val_acc = float(val_acc)
+        test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
 
     summary = {
         "rung": cfg.rung,

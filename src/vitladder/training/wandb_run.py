@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -85,3 +87,17 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
         resume="allow",
         mode=mode,
     )
+
+
+@contextmanager
+def finished_if_failed() -> Iterator[None]:
+    """Marks the W&B run failed and closes it when training raises. Lightning's WandbLogger never
+    finishes its run, and a later WandbLogger in the same process would attach to the open one."""
+    try:
+        yield
+    except BaseException:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.run.finish(exit_code=1)
+        raise
