@@ -198,6 +198,27 @@ def test_all_cls_query_counts_as_zero_distance() -> None:
     assert cls_share(attn).item() == 1.0
 
 
+def test_metrics_equal_their_definitions_written_out() -> None:
+    # Random maps with exact zeros (sparse rows, one all-CLS query) against the DESIGN formulas in float64.
+    generator = torch.Generator().manual_seed(0)
+    attn = torch.rand(3, 2, 17, 17, generator=generator, dtype=torch.float64)
+    attn[attn < 0.4] = 0.0
+    attn[0, 1, 5] = 0.0
+    attn[0, 1, 5, 0] = 1.0  # a query wholly on CLS: distance 0
+    attn = attn / attn.sum(dim=-1, keepdim=True)  # (B, H, T, T) rows sum to 1
+    dist = patch_distances(4, 8).double()  # (N, N)
+    patches = attn[:, :, 1:, 1:]  # (B, H, N, N)
+    mass = patches.sum(dim=-1, keepdim=True)
+    renormalised = torch.where(mass > 0, patches / mass, 0.0)
+    expected_distance = (renormalised * dist).sum(dim=-1).mean(dim=(0, 2))  # (H,)
+    expected_drop = (patches * dist).sum(dim=-1).mean(dim=(0, 2))
+    rows = attn[:, :, 1:, :]
+    expected_entropy = -torch.special.xlogy(rows, rows).sum(dim=-1).mean(dim=(0, 2))
+    torch.testing.assert_close(mean_attention_distance(attn, 8).double(), expected_distance, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean_attention_distance(attn, 8, "drop").double(), expected_drop, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(attention_entropy(attn).double(), expected_entropy, rtol=1e-5, atol=1e-5)
+
+
 # --- rollout ----------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ def test_the_benchmark_reports_every_figure():
     assert figures["epoch_s"] == pytest.approx(45_000 / figures["project_images_per_s"])
     assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 32
     assert all(len(times) == 2 for times in figures["rounds"].values())
+    assert figures["meets_targets"]["analysis_over_forward"] is None  # the 1.3x target is the full model's
     table = format_table(report)
     for label in ("project / bare", "data share of a step", "analysis / forward", "CIFAR-10 epoch"):
         assert label in table
@@ -53,6 +54,6 @@ def test_the_script_writes_the_json(tmp_path, repo_root, capsys):
 def test_default_settings_fit_the_cpu():
     tiny, full = settings_for("tiny", "cpu"), settings_for("full", "cpu")
     assert (tiny.embed_dim, full.embed_dim) == (48, 384)
-    assert full.batch_size * (full.warmup + full.steps + 1) * full.rounds * 2 <= 2500  # ~20 img/s: minutes
+    assert full.batch_size * (full.warmup + full.steps + 1) * full.rounds * 2 <= 3200  # 20-40 img/s: a few minutes
     with pytest.raises(ValueError, match="width"):
         settings_for("huge", "cpu")

@@ -85,7 +85,7 @@ def settings_for(width: str, device: str) -> BenchSettings:
     if width == "tiny":
         return BenchSettings(width, WIDTHS[width], device, batch_size=128, warmup=3, steps=12, rounds=9,
                              analysis_rounds=5)
-    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=5,
+    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7,
                          analysis_rounds=3)
 
 
@@ -327,7 +327,10 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         "meets_targets": {
             "project_over_bare": paired >= TARGETS["project_over_bare_min"],
             "data_share": data_batch / project_step <= TARGETS["data_share_max"],
-            "analysis_over_forward": analysis_s / forward_s <= TARGETS["analysis_over_forward_max"],
+            # The project's model only: at the tiny width a forward pass is ~40x cheaper, but the
+            # attention maps the analysis reduces are just as large (6 heads x 65 x 65 per layer).
+            "analysis_over_forward": (analysis_s / forward_s <= TARGETS["analysis_over_forward_max"]
+                                      if s.width == "full" else None),
         },
     }
 
@@ -357,13 +360,13 @@ def format_table(report: dict) -> str:
     rows = [
         ("project images/s", lambda r: f"{r['project_images_per_s']:.1f}", ""),
         ("bare loop images/s", lambda r: f"{r['bare_images_per_s']:.1f}", ""),
-        ("project / bare", lambda r: f"{r['project_over_bare']:.3f}", f">= {TARGETS['project_over_bare_min']}"),
+        ("project / bare (paired)", lambda r: f"{r['project_over_bare']:.3f}", f">= {TARGETS['project_over_bare_min']}"),
         ("data pipeline ms/batch", lambda r: f"{1e3 * r['data_batch_s']:.2f}", ""),
         ("data share of a step", lambda r: f"{100 * r['data_share']:.2f}%", f"<= {100 * TARGETS['data_share_max']:.0f}%"),
         ("CIFAR-10 epoch (45k)", lambda r: _duration(r["epoch_s"]), ""),
         ("analysis s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
         ("forward s (N images)", lambda r: f"{r['forward_s']:.2f} ({r['analysis_images']})", ""),
-        ("analysis / forward", lambda r: f"{r['analysis_over_forward']:.2f}x", f"<= {TARGETS['analysis_over_forward_max']}x"),
+        ("analysis / forward", lambda r: f"{r['analysis_over_forward']:.2f}x", f"<= {TARGETS['analysis_over_forward_max']}x (full)"),
     ]
     widths = report["widths"]
     header = ["", *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items()),
@@ -374,7 +377,7 @@ def format_table(report: dict) -> str:
     lines = [" | ".join(cell.ljust(n) for cell, n in zip(line, sizes)) for line in (header, *body)]
     lines.insert(1, "-+-".join("-" * n for n in sizes))
     title = f"benchmark on {report['device']} ({report['device_name']}, torch {report['torch']}, " \
-            f"{report['cpu_threads']} threads); medians of alternating rounds"
+            f"{report['cpu_threads']} threads); medians of alternating rounds; paired: the median of each round's ratio"
     return "\n".join([title, *lines])
 
 
