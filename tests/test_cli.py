@@ -39,6 +39,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     ("data.horizontal_flip=maybe", ("data.horizontal_flip", "true or false")),
     ("trainer.max_epoch=3", ("trainer.max_epoch", "+trainer.max_epoch=3")),
     ("data=imagenet", ("data/imagenet", "cifar10, imagefolder, synthetic")),
+    ("data.batch_size=[", ("malformed override 'data.batch_size=['", "key=value")),
 ])
 def test_malformed_overrides(train, tmp_path, override, needles):
     result = train("+step=patch8", override, f"output_root={tmp_path}")

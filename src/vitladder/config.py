@@ -75,7 +75,7 @@ def check_types(cfg: DictConfig) -> None:
 def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The config `python train.py +step=<rung> <overrides>` would run, composed in-process."""
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
     register_resolvers()
@@ -83,6 +83,11 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=[f"+step={rung}", *overrides])
+    except OverrideParseException as error:
+        raise UserError(
+            f"malformed override {error.override!r} ({error.message.strip().splitlines()[0]}): write key=value, "
+            "quoting a value with spaces or brackets, e.g. 'data.root=\"/data/my cifar\"'"
+        ) from None
     except (HydraException, OmegaConfBaseException) as error:
         lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
         hint = next((line for line in lines if line.startswith("To append")), "")
@@ -90,7 +95,7 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
             start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[start + 1 :] if " " not in line]
             hint = f"choose one of {', '.join(options)}"
-        raise UserError(f"{lines[0]}{': ' + hint if hint else ''} (overrides: {' '.join(overrides)})") from None
+        raise UserError(f"{lines[0].rstrip('.')}{': ' + hint if hint else ''} (overrides: {' '.join(overrides)})") from None
     check_types(cfg)
     return cfg
 

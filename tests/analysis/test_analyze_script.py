@@ -112,3 +112,4 @@ def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(garbage) in lines[0]
+    assert lines[0].endswith("give a run folder or its checkpoints/model.pt"), lines[0]  # what to do, not cut off

@@ -30,6 +30,8 @@ def test_plan_covers_every_rung_per_seed_in_order():
     runs = plan_ladder([0, 1], ["profile=smoke"])
     assert [(r.rung, r.seed) for r in runs] == [(rung, s) for s in (0, 1) for rung in RUNGS]
     assert str(runs[0].run_dir) == "outputs/smoke/patch8" and str(runs[8].run_dir) == "outputs/smoke/patch8-seed1"
+    with pytest.raises(UserError, match=r"train.py \+step=<rung>"):
+        plan_ladder([0], ["profile=smoke", "+step=patch8"])
 
 
 def test_runner_skips_finished_runs_and_reports_an_eta(tmp_path):

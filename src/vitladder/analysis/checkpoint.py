@@ -65,8 +65,11 @@ def _read(path: Path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # truncated, garbage, or not a torch file at all
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint ({reason[:160]})") from None
+        reason = str(error).strip().split(". ")[0].splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint, truncated or not a torch file ({reason[:120]}); "
+            "give a run folder or its checkpoints/model.pt"
+        ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
     return data

@@ -43,6 +43,9 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
+    if any(override.partition("=")[0].lstrip("+~") == "step" for override in overrides):
+        raise UserError("the ladder trains every rung: drop +step=..., or train one rung with "
+                        "python train.py +step=<rung>")
     return [
         PlannedRun(rung, seed, compose_rung(rung, [*overrides, f"seed={seed}"]))
         for seed in seeds
