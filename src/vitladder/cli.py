@@ -6,7 +6,7 @@ import functools
 import sys
 from typing import Callable, Sequence, TypeVar
 
-from vitladder.config import RUNGS, check_rung, compose_rung
+from vitladder.config import RUNGS, check_rung, compose_rung, is_step_override
 from vitladder.errors import UserError
 
 F = TypeVar("F", bound=Callable)
@@ -34,13 +34,13 @@ def check_command_line(argv: Sequence[str]) -> None:
     """Composes the run before Hydra does, so that an unknown rung, key or malformed value is one
     line naming the valid choices instead of Hydra's multi-line report."""
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-") and not arg.startswith("hydra")]
-    steps = [arg.partition("=")[2] for arg in overrides if arg.partition("=")[0].lstrip("+~") == "step"]
+    steps = [arg.partition("=")[2] for arg in overrides if is_step_override(arg)]
     for rung in ",".join(steps).split(","):  # multirun: +step=patch8,augment
         if rung.strip():
             check_rung(rung.strip())
     if any(arg in ("-m", "--multirun") for arg in argv) or len(steps) != 1 or "," in steps[0]:
         return  # sweeps are composed job by job; require_rung reports a missing rung
-    rest = [arg for arg in overrides if arg.partition("=")[0].lstrip("+~") != "step"]
+    rest = [arg for arg in overrides if not is_step_override(arg)]
     compose_rung(steps[0], rest)
 
 

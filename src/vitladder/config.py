@@ -40,6 +40,11 @@ def check_rung(rung: str) -> str:
     return rung
 
 
+def is_step_override(override: str) -> bool:
+    """Whether a command-line override picks the rung: `+step=patch8`, `step=augment`, `~step`."""
+    return override.partition("=")[0].lstrip("+~") == "step"
+
+
 def _leaves(node: object, prefix: str = "") -> dict[str, object]:
     if isinstance(node, dict):
         leaves: dict[str, object] = {}

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig
 
-from vitladder.config import RUNGS, compose_rung
+from vitladder.config import RUNGS, compose_rung, is_step_override
 from vitladder.errors import UserError
 
 
@@ -43,7 +43,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
-    if any(override.partition("=")[0].lstrip("+~") == "step" for override in overrides):
+    if any(is_step_override(override) for override in overrides):
         raise UserError("the ladder trains every rung: drop +step=..., or train one rung with "
                         "python train.py +step=<rung>")
     return [
