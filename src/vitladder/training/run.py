@@ -197,21 +197,21 @@ def train_rung(cfg: DictConfig) -> dict:
         val_acc = float(val_acc)
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
 
-    summary = {
-        "rung": cfg.rung,
-        "ladder": cfg.ladder,
-        "seed": int(cfg.seed),
-        "epochs": trainer.current_epoch,
-        "test_acc": float(test_metrics["test/acc"]),
-        "test_loss": float(test_metrics["test/loss"]),
-        "val_acc": val_acc,
-        "seconds": round(time.time() - started, 1),
-    }
-    if analysis.summary is not None:
-        summary.update(analysis_summary_for_done(analysis.summary))
-    if trainer.is_global_zero:
-        save_model(module, paths, datamodule.classes, cfg)
-        wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
-        wandb_logger.experiment.finish()
-        write_json(paths.done, summary)
+        summary = {
+            "rung": cfg.rung,
+            "ladder": cfg.ladder,
+            "seed": int(cfg.seed),
+            "epochs": trainer.current_epoch,
+            "test_acc": float(test_metrics["test/acc"]),
+            "test_loss": float(test_metrics["test/loss"]),
+            "val_acc": val_acc,
+            "seconds": round(time.time() - started, 1),
+        }
+        if analysis.summary is not None:
+            summary.update(analysis_summary_for_done(analysis.summary))
+        if trainer.is_global_zero:
+            save_model(module, paths, datamodule.classes, cfg)
+            wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+            wandb_logger.experiment.finish()
+            write_json(paths.done, summary)
     return summary
