@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from vitladder.data.device_batches import DeviceBatches
-from vitladder.data.sources import ImageSplits, load_cifar10, load_image_folder, make_synthetic
+from vitladder.data.sources import DEFAULT_MAX_FILE_MIB, ImageSplits, load_cifar10, load_image_folder, make_synthetic
 from vitladder.errors import DataError
 
 
@@ -20,7 +20,8 @@ def load_source(data_cfg: DictConfig) -> ImageSplits:
     if source == "cifar10":
         return load_cifar10(Path(data_cfg.root), download=True)
     if source == "imagefolder":
-        return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir))
+        return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir),
+                                 max_file_mib=data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB))
     if source == "synthetic":
         return make_synthetic(int(data_cfg.num_train), int(data_cfg.num_test), seed=int(data_cfg.get("seed", 0)))
     raise DataError(f"unknown data source '{source}': use data=cifar10, data=imagefolder or data=synthetic")

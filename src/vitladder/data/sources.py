@@ -7,9 +7,7 @@ Every problem a user can fix is raised as a one-line :class:`~vitladder.errors.D
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import gzip
 import hashlib
 import io
 import logging
@@ -21,19 +19,20 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from vitladder.data.trees import FolderTree, Limits, Listing, Node, Parts, read_archive, read_folder, show, walk
 from vitladder.errors import DataError
+from vitladder.text import printable
 
 IMAGE_SIZE = 32
 SPLITS = ("train", "test")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2")
-CACHE_VERSION = 1  # bump when the cache layout changes, so old caches are ignored
+CACHE_VERSION = 2  # bump when the cache layout or the decoding changes, so old caches are ignored
 DOWNLOAD_TIMEOUT_S = 30.0
 
 log = logging.getLogger(__name__)
@@ -98,6 +97,26 @@ def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
 # ---------------------------------------------------------------------------------------------
 # An image folder or archive: train/<class>/* and test/<class>/*, decoded once and cached
 
+DEFAULT_MAX_FILE_MIB = 4  # data.max_file_mib: a 32x32 image takes a few KiB; a file this big is not one
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def _to_rgb(image: Image.Image, name: str, source: Path) -> np.ndarray:
+    """A loaded image of any mode -> (H, W, 3) uint8 RGB."""
+    mode = image.mode
+    # 16-bit grey: Pillow's convert("RGB") would clip every value above 255 to white. PNG and PPM
+    # hold at most 16 bits, so there an "I" image (older Pillow, PPM) is 16-bit grey too.
+    if mode in _SIXTEEN_BIT or (mode == "I" and image.format in ("PNG", "PPM")):
+        grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)  # (H, W): 65535 -> 255
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    if mode in ("I", "F"):
+        raise DataError(f"{source}: {name} has {'32-bit integer' if mode == 'I' else 'floating-point'} pixels "
+                        f"(mode {mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG")
+    if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
+        rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
+        return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
+    return np.asarray(image if mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+
 
 def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
     """One encoded image -> (32, 32, 3) uint8 RGB."""
@@ -106,8 +125,9 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
             size = image.size
             if size == (IMAGE_SIZE, IMAGE_SIZE):
                 image.load()
-                rgb = image if image.mode == "RGB" else image.convert("RGB")
-                return np.asarray(rgb, dtype=np.uint8)
+                return _to_rgb(image, name, source)
+    except DataError:
+        raise
     except Exception as error:  # Pillow raises many types for bad files; all mean "not an image"
         raise DataError(
             f"{source}: {name} is not a decodable image ({type(error).__name__}): remove or replace it"
@@ -117,116 +137,50 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
     )
 
 
-def _relative_parts(name: str) -> tuple[str, ...]:
-    # "./train/cat/1.jpg" and "/train/cat/1.jpg" both become ("train", "cat", "1.jpg").
-    return tuple(p for p in PurePosixPath(name).parts if p not in ("/", "."))
+def _decoder(source: Path) -> Callable[[bytes, Parts], object]:
+    def decode(data: bytes, parts: Parts) -> object:
+        try:
+            return _decode_image(data, show(parts), source)
+        except DataError as error:  # kept: it only matters if the file turns out to be in the layout
+            return error
+
+    return decode
 
 
-def _is_candidate(parts: tuple[str, ...]) -> bool:
+def _is_candidate(parts: Parts) -> bool:
     """Could this file be an image at split/class/..., possibly under one wrapping folder?"""
     if any(p.startswith(".") for p in parts):  # .DS_Store, macOS "._x.jpg" twins, .ipynb_checkpoints
         return False
     return (len(parts) >= 3 and parts[0] in SPLITS) or (len(parts) >= 4 and parts[1] in SPLITS)
 
 
-# An entry while scanning: (path parts, is_dir, read_bytes); read_bytes is called only for candidates.
-Entry = tuple[tuple[str, ...], bool, Callable[[], bytes]]
+def _limits(max_file_mib: object) -> Limits:
+    ok = isinstance(max_file_mib, (int, float)) and not isinstance(max_file_mib, bool)
+    if not ok or not math.isfinite(max_file_mib) or max_file_mib <= 0:
+        raise DataError(f"data.max_file_mib={max_file_mib!r} is not valid: it takes a positive number of MiB, "
+                        f"e.g. data.max_file_mib={DEFAULT_MAX_FILE_MIB}")
+    return Limits(max_file_bytes=max(1, int(max_file_mib * 2**20)))
 
 
-# Compression by magic bytes. We decompress ourselves rather than let tarfile do it ('r|gz'),
-# because these readers raise EOFError on a truncated stream where tarfile would quietly stop early.
-_DECOMPRESSORS: dict[bytes, Callable[[BinaryIO], BinaryIO]] = {
-    b"\x1f\x8b": lambda f: gzip.open(f),
-    b"\xfd7zXZ\x00": lambda f: lzma.open(f),
-    b"BZh": lambda f: bz2.open(f),
-}
-
-
-def _iter_archive(path: Path, advance: Callable[[int], None]) -> Iterator[Entry]:
-    with open(path, "rb") as raw:
-        head = raw.read(6)
-        raw.seek(0)
-        opener = next((open_ for magic, open_ in _DECOMPRESSORS.items() if head.startswith(magic)), None)
-        stream = opener(raw) if opener else raw
-        # Stream mode ('r|') reads the archive in one pass, without seeking, so it is decompressed once.
-        with stream, tarfile.open(fileobj=stream, mode="r|") as archive:
-            yield from _members(archive, raw, advance)
-            # Read on to the end: a compressed stream checks its end marker and checksum only there,
-            # and a tar cut at a member boundary shows only as a missing end-of-archive block.
-            while stream.read(1 << 20):
-                pass
-            if stream.tell() < archive.offset + tarfile.BLOCKSIZE:
-                raise tarfile.ReadError("no end-of-archive block")
-
-
-def _members(archive: tarfile.TarFile, raw: BinaryIO, advance: Callable[[int], None]) -> Iterator[Entry]:
-    for member in archive:
-        if member.isdir() or member.isfile():
-            read = (lambda m=member: archive.extractfile(m).read()) if member.isfile() else bytes
-            yield _relative_parts(member.name), member.isdir(), read
-            advance(raw.tell())  # compressed bytes consumed: the progress bar's unit
-
-
-def _walk(path: Path) -> tuple[list[Path], list[Path]]:
-    """(directories, files) under path, sorted, following symlinks like the decoder will."""
-    dirs, files = [], []
-    for directory, _, names in os.walk(path, followlinks=True):
-        dirs.append(Path(directory))
-        files += [Path(directory, name) for name in names]
-    return sorted(dirs), sorted(files)
-
-
-def _iter_folder(path: Path, dirs: list[Path], files: list[Path], advance: Callable[[int], None]) -> Iterator[Entry]:
-    for directory in dirs:
-        yield _relative_parts(directory.relative_to(path).as_posix()), True, bytes
-    for i, file in enumerate(files):
-        yield _relative_parts(file.relative_to(path).as_posix()), False, lambda f=file: _read_file(f)
-        advance(i + 1)
-
-
-def _read_file(file: Path) -> bytes:
-    try:
-        return file.read_bytes()
-    except OSError as error:
-        raise DataError(f"could not read {file} ({error.strerror or error}): check its permissions") from error
-
-
-def _fingerprint(path: Path, files: list[Path] | None) -> str:
+def _fingerprint(path: Path, listing: Listing | None) -> str:
     digest = hashlib.sha256(f"vitladder-imagefolder-v{CACHE_VERSION}".encode())
-    if files is None:  # archive: its content
+    if listing is None:  # archive: its content
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
     else:  # folder: hashing every file would be as slow as decoding, so names, sizes and mtimes
-        for file in files:
-            stat = file.stat()
-            digest.update(f"{file.relative_to(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        lines = [f"d\0{chr(0).join(parts)}" for parts in sorted(listing.dirs)]
+        lines += [f"f\0{chr(0).join(parts)}\0{node.stamp if isinstance(node, Node) else node}"
+                  for parts, node in sorted(listing.files.items())]
+        for line in lines:
+            digest.update(f"{line}\n".encode("utf-8", "surrogateescape"))  # any file name, even undecodable
     return digest.hexdigest()
 
 
-def _scan(entries: Iterator[Entry], source: Path) -> tuple[set[tuple[str, ...]], dict[tuple[str, ...], object]]:
-    """Decode every candidate image; return (directories, {parts: array or the DataError it raised})."""
-    dirs: set[tuple[str, ...]] = set()
-    images: dict[tuple[str, ...], object] = {}
-    for parts, is_dir, read in entries:
-        if not parts:
-            continue
-        # Archives may omit directory members: every file's parents count as directories.
-        dirs.update(parts[:i] for i in range(1, len(parts) if not is_dir else len(parts) + 1))
-        if is_dir or not _is_candidate(parts):
-            continue
-        name = "/".join(parts)
-        try:
-            images[parts] = _decode_image(read(), name, source)
-        except DataError as error:  # kept: it only matters if the file turns out to be in the layout
-            images[parts] = error
-    return dirs, images
-
-
-def _assemble(source: Path, dirs: set[tuple[str, ...]], images: dict[tuple[str, ...], object]) -> dict:
+def _assemble(source: Path, dirs: set[Parts], images: dict[Parts, object]) -> dict:
     """Find train/ and test/ (maybe under one wrapping folder), check the classes, stack the arrays."""
     tops = {d[0] for d in dirs if len(d) == 1 and not d[0].startswith(".")}
-    base: tuple[str, ...] = ()
+    base: Parts = ()
     if len(tops) == 1 and not tops & set(SPLITS):  # one wrapping folder, e.g. cifar10/train/...
         (top,) = tops
         if any((top, split) in dirs for split in SPLITS):
@@ -248,7 +202,8 @@ def _assemble(source: Path, dirs: set[tuple[str, ...]], images: dict[tuple[str, 
             missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
             raise DataError(
                 f"{source}: test/ classes differ from train/ classes "
-                f"(missing in test: {', '.join(missing) or 'none'}; extra in test: {', '.join(extra) or 'none'})"
+                f"(missing in test: {', '.join(printable(c, 80) for c in missing) or 'none'}; "
+                f"extra in test: {', '.join(printable(c, 80) for c in extra) or 'none'})"
             )
         stacked, labels = [], []
         for label, name in enumerate(classes):
@@ -256,7 +211,7 @@ def _assemble(source: Path, dirs: set[tuple[str, ...]], images: dict[tuple[str, 
             # Sorted by path, so a folder and its archive give identical arrays whatever the tar order.
             members = sorted(p for p in images if p[: len(cls_prefix)] == cls_prefix)
             if not members:
-                raise DataError(f"{source}: class folder {'/'.join(cls_prefix)} has no images")
+                raise DataError(f"{source}: class folder {show(cls_prefix)} has no images")
             for parts in members:
                 item = images[parts]
                 if isinstance(item, DataError):
@@ -314,39 +269,50 @@ def _progress(description: str, total: int | None) -> Iterator[Callable[[int], N
         yield lambda completed: bar.update(task, completed=completed)
 
 
-def load_image_folder(root: str | Path, cache_dir: str | Path) -> ImageSplits:
+def load_image_folder(
+    root: str | Path, cache_dir: str | Path, max_file_mib: float = DEFAULT_MAX_FILE_MIB
+) -> ImageSplits:
     """Images laid out train/<class>/* and test/<class>/*, in a folder or a .tar/.tar.gz/.tar.xz archive.
 
-    Classes are the sorted names of train's subfolders. Every image must be 32x32; each is decoded
-    once and the arrays are cached in ``cache_dir`` under a fingerprint of the source.
+    Classes are the sorted names of train's subfolders. Every image must be 32x32 and at most
+    ``max_file_mib`` MiB; links are followed (inside an archive, to the member they name), and only
+    regular files are read. Each image is decoded once and the arrays are cached in ``cache_dir``
+    under a fingerprint of the source.
     """
     source = Path(root).expanduser()
+    limits = _limits(max_file_mib)
     if not source.exists():
         raise DataError(f"data root {source} does not exist: set data.root to a folder or .tar/.tar.xz archive")
     is_archive = source.is_file() and source.name.lower().endswith(ARCHIVE_SUFFIXES)
     if not source.is_dir() and not is_archive:
         raise DataError(f"data root {source} is neither a folder nor a .tar/.tar.gz/.tar.xz archive")
+    size = source.stat().st_size
+    if is_archive and size > limits.max_total_bytes:  # checked before the fingerprint reads it all
+        raise DataError(f"{source} is over {limits.max_total_bytes / 2**30:g} GiB: "
+                        "too big for one data set of small images; split it")
 
-    dirs, files = (None, None) if is_archive else _walk(source)
+    folder = None if is_archive else FolderTree(source)
+    listing = None if folder is None else walk(folder, source, limits, _is_candidate)
     stem = source.name.split(".")[0] or "images"
-    cache_path = Path(cache_dir).expanduser() / f"{stem}-{_fingerprint(source, files)[:16]}.npz"
+    cache_path = Path(cache_dir).expanduser() / f"{stem}-{_fingerprint(source, listing)[:16]}.npz"
     cached = _read_cache(cache_path) if cache_path.exists() else None
     if cached is not None:
         return cached
 
-    if is_archive:
-        size = source.stat().st_size
+    decode = _decoder(source)
+    if folder is None:
         with _progress(f"decoding {source.name} once", size if size > 1 << 20 else None) as advance:
             try:
-                found_dirs, images = _scan(_iter_archive(source, advance), source)
+                dirs, images = read_archive(source, limits, _is_candidate, decode, advance)
             except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError) as error:
                 detail = f"{type(error).__name__}: {error}"[:80]
                 raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
     else:
-        assert dirs is not None and files is not None
-        with _progress(f"decoding {source.name} once", len(files) if len(files) > 2000 else None) as advance:
-            found_dirs, images = _scan(_iter_folder(source, dirs, files, advance), source)
-    arrays = _assemble(source, found_dirs, images)
+        assert listing is not None
+        total = len(listing.files)
+        with _progress(f"decoding {source.name} once", total if total > 2000 else None) as advance:
+            dirs, images = listing.dirs, read_folder(folder, listing, source, limits, decode, advance)
+    arrays = _assemble(source, dirs, images)
     _write_cache(cache_path, arrays)
     return ImageSplits(
         torch.from_numpy(arrays["train_images"]),
