@@ -112,7 +112,7 @@ def export_demo(
         "ladder": str(meta.ladder or cfg.get("ladder") or ""),
         "test_acc": done.get("test_acc"),
         "checkpoint": meta.path.name,
-        "classes": list(meta.classes or classes),
+        "classes": [str(c) for c in meta.classes or classes],  # shown as text by demo.js, never as markup
         "layers": vit.depth,
         "heads": vit.num_heads,
         "grid": vit.img_size // vit.patch_size,

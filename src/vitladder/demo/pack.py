@@ -71,8 +71,13 @@ def colormap_lut(name: str = "viridis") -> np.ndarray:
     return np.round(rgba[:, :3] * 255).astype(np.uint8)
 
 
+# Names in the payload come from the data and the checkpoint (class folders, the rung): as JSON string
+# escapes, "<", ">" and "&" can never close the script or open a comment, wherever data.js is put.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def render_data_js(payload: dict[str, Any]) -> str:
-    body = json.dumps(payload, separators=(",", ":"))
+    body = json.dumps(payload, separators=(",", ":")).translate(_SCRIPT_SAFE)  # ensure_ascii: U+2028 escaped too
     return (f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
             f"window.{GLOBAL_NAME} = {body};\n")
 

@@ -81,7 +81,7 @@
       cell.addEventListener('pointerleave', () => {
         state.overlay = null;
         drawImage();
-        $('map-info').innerHTML = '&nbsp;';
+        $('map-info').textContent = '\u00a0';
       });
     }
   }
@@ -186,7 +186,7 @@
   rollout.addEventListener('pointerleave', () => {
     state.overlay = null;
     drawImage();
-    $('map-info').innerHTML = '&nbsp;';
+    $('map-info').textContent = '\u00a0';
   });
 
   function selectImage(i) {
@@ -200,8 +200,8 @@
     paint(rimg, im.rollout, 0);
     rctx.putImageData(rimg, 0, 0);
     const ok = meta.pred === meta.label;
-    $('caption').innerHTML = '';
-    $('caption').append(
+    $('caption').textContent = '';
+    $('caption').append(  // strings become text nodes: a class name is never markup
       `Image ${state.image + 1} of ${D.images.length} · true: ${D.classes[meta.label]}`,
       document.createElement('br'),
       'predicted: ',
