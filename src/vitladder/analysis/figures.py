@@ -1,15 +1,19 @@
 """PNG figures of attention summaries (matplotlib's object API with the Agg canvas; no pyplot state).
 
-Every figure is written atomically: to a temporary name, then renamed onto its path.
+Every figure is written atomically: to a temporary name, then renamed onto its path. Titles and
+labels are plain text: they may hold names from the data (a class folder called ``price_$``), which
+matplotlib would otherwise parse as maths, and raise on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -30,6 +34,18 @@ __all__ = [
 
 CMAP = "inferno"
 EXPLAINER_PATCH_PX = 4
+F = TypeVar("F", bound=Callable[..., Path])
+
+
+def _plain_text(plot: F) -> F:
+    """Every text the figure gets while ``plot`` runs is shown as written: no mathtext, no LaTeX."""
+
+    @functools.wraps(plot)
+    def wrapper(*args, **kwargs):
+        with rc_context({"text.parse_math": False, "text.usetex": False}):
+            return plot(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
@@ -40,6 +56,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     return Path(path)
 
 
+@_plain_text
 def plot_heads(values: np.ndarray, uniform: float, ylabel: str, title: str, path: str | Path) -> Path:
     """Per-head dots, the per-layer mean as a line and the uniform value dashed; ``values`` is (L, H)."""
     values = np.asarray(values, dtype=float)  # (L, H)
@@ -65,6 +82,7 @@ def _show_map(ax, values: np.ndarray, grid: int) -> None:
     ax.set_yticks([])
 
 
+@_plain_text
 def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: str | Path) -> Path:
     """The CLS token's attention for every layer x head, the head mean and the rollout, beside the image."""
     cls_maps = example.cls_maps.float().numpy()  # (L, H, N)
@@ -95,6 +113,7 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: s
     return save_figure(fig, path)
 
 
+@_plain_text
 def plot_explainer(path: str | Path) -> Path:
     """Three made-up heads for one patch of the 8x8 grid: local, focused but far, uniform."""
     grid, (row, col) = EXPLAINER_GRID, EXPLAINER_PATCH
@@ -122,6 +141,7 @@ def _layer_colors(num_layers: int) -> list:
     return [cmap(i / max(num_layers - 1, 1)) for i in range(num_layers)]
 
 
+@_plain_text
 def plot_tracking(history: Sequence[Mapping[str, float]], uniform_distance: float, uniform_entropy: float,
                   title: str, path: str | Path) -> Path:
     """Per-layer distance and entropy over training; ``history`` rows have epoch, layer, distance, entropy."""
@@ -144,6 +164,7 @@ def plot_tracking(history: Sequence[Mapping[str, float]], uniform_distance: floa
     return save_figure(fig, path)
 
 
+@_plain_text
 def plot_layer_lines(series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str,
                      title: str, path: str | Path) -> Path:
     """One line per named series over the layers (e.g. one per rung), reference values dashed."""

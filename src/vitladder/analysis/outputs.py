@@ -14,6 +14,7 @@ from pathlib import Path
 from vitladder.analysis import figures
 from vitladder.analysis.summary import AttentionSummary
 from vitladder.atomic import write_text
+from vitladder.text import printable
 
 __all__ = [
     "HEADS_COLUMNS",
@@ -32,6 +33,7 @@ HEADS_COLUMNS = ("layer", "head", "mean_distance_px", "entropy_nats", "cls_share
 LAYERS_COLUMNS = ("layer", "mean_distance_px", "entropy_nats", "cls_share", "uniform_distance_px",
                   "uniform_entropy_nats", "mean_distance_drop_px")
 TRACKING_COLUMNS = ("epoch", "layer", "distance", "entropy")  # epoch: epochs trained, 0 = initialisation
+CLASS_NAME_CHARS = 40  # a longer class name is cut short in figure titles
 
 
 def _num(value: float) -> float:
@@ -123,10 +125,10 @@ def write_analysis(
     }
     example = summary.example
     if example is not None:
-        def name(index: int | None) -> str:
+        def name(index: int | None) -> str:  # a class-folder name: one short line of text in the title
             if index is None:
                 return "?"
-            return classes[index] if classes and index < len(classes) else str(index)
+            return printable(classes[index], limit=CLASS_NAME_CHARS) if classes and index < len(classes) else str(index)
 
         title = f"{rung}: CLS attention, test image {example.index} (true {name(example.label)}, " \
                 f"predicted {name(example.predicted)})"
