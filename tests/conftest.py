@@ -44,3 +44,28 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def child_env():
     return subprocess_env
+
+
+class _Payload:
+    """Unpickled, it creates `marker`: what a hostile checkpoint could do with any other code."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def write_payload_checkpoint(path: Path, marker: Path, base: dict | None = None) -> Path:
+    """A torch file shaped like a checkpoint of this project (``base``) that runs code if unpickled."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({**(base or {}), "payload": _Payload(marker)}, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def payload_checkpoint():
+    """``payload_checkpoint(path, marker, base=None)``: writes a checkpoint whose unpickling creates ``marker``."""
+    return write_payload_checkpoint

@@ -113,3 +113,18 @@ def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(garbage) in lines[0]
     assert lines[0].endswith("give a run folder or its checkpoints/model.pt"), lines[0]  # what to do, not cut off
+
+
+@pytest.mark.parametrize("name", ["model.pt", "last.ckpt"])
+def test_a_checkpoint_with_a_pickle_payload_runs_nothing(fitted_run, tmp_path: Path, capsys, payload_checkpoint,
+                                                         name: str) -> None:
+    real = torch.load(fitted_run.run_dir / "checkpoints" / name, map_location="cpu", weights_only=True)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(fitted_run.run_dir / "config.yaml", run / "config.yaml")
+    marker = tmp_path / "payload-ran"
+    hostile = payload_checkpoint(run / "checkpoints" / name, marker, real)  # a real checkpoint, plus the payload
+    for argv in ([str(hostile)], [str(run)]):  # the file itself, or the run folder holding it
+        err = one_line_error(capsys, argv)
+        assert err.startswith(f"error: {hostile}: refused") and not marker.exists(), err
+    assert not (run / "analysis").exists()

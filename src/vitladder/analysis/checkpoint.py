@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from vitladder.errors import CheckpointError, UserError
-from vitladder.model import ViTConfig, build_vit
+from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
+from vitladder.safe_load import load_checkpoint_file
 
 __all__ = ["LoadedModel", "find_checkpoint", "load_model", "load_run_config", "test_split"]
 
@@ -62,24 +63,41 @@ def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
 
 
 def _read(path: Path) -> dict:
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # truncated, garbage, or not a torch file at all
-        reason = str(error).strip().split(". ")[0].splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint, truncated or not a torch file ({reason[:120]}); "
-            "give a run folder or its checkpoints/model.pt"
-        ) from None
+    data = load_checkpoint_file(path, "give a run folder or its checkpoints/model.pt")  # never unpickles code
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
     return data
 
 
+def _vit_config(ckpt: Path, raw: object) -> ViTConfig:
+    """The checkpoint's network shape, bounded before anything is allocated for it."""
+    try:
+        return vit_config_from_dict(raw)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{ckpt}: not a model this project can load ({error})") from None
+
+
 def _history(data: dict) -> list[dict]:
-    for state in (data.get("callbacks") or {}).values():
+    """The callback's tracking rows, those of the expected shape only (the file may come from anyone)."""
+    callbacks = data.get("callbacks")
+    for state in (callbacks.values() if isinstance(callbacks, dict) else ()):
         if isinstance(state, dict) and isinstance(state.get("history"), list):
-            return state["history"]
+            keys = ("epoch", "layer", "distance", "entropy")
+            return [row for row in state["history"] if isinstance(row, dict)
+                    and all(isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool) for k in keys)]
     return []
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _classes(value: object) -> tuple[str, ...] | None:
+    if not value:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value):
+        raise TypeError("classes is not a list of names")
+    return tuple(value)
 
 
 def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
@@ -89,18 +107,18 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
     run_dir = _run_dir_of(ckpt)
     try:
         if data.get("format") == MODEL_FORMAT:
-            meta = LoadedModel(ckpt, "model.pt", ViTConfig(**data["vit_config"]), run_dir, data.get("rung"),
-                               data.get("ladder"), tuple(data["classes"]) if data.get("classes") else None)
+            meta = LoadedModel(ckpt, "model.pt", _vit_config(ckpt, data["vit_config"]), run_dir,
+                               _text(data.get("rung")), _text(data.get("ladder")), _classes(data.get("classes")))
             state_dict = _strip(data["state_dict"], "")
         elif "state_dict" in data and "hyper_parameters" in data:
-            meta = LoadedModel(ckpt, "lightning", ViTConfig(**data["hyper_parameters"]["model"]), run_dir,
+            meta = LoadedModel(ckpt, "lightning", _vit_config(ckpt, data["hyper_parameters"]["model"]), run_dir,
                                history=_history(data))
             state_dict = _strip(data["state_dict"], "model.")
         else:
             raise CheckpointError(f"{ckpt}: not a checkpoint this project wrote (no model.pt format or Lightning state)")
         model = build_vit(meta.vit_config)
         model.load_state_dict(state_dict)
-    except (KeyError, TypeError, RuntimeError) as error:
+    except (KeyError, TypeError, AttributeError, ValueError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"{ckpt}: does not hold this project's ViT ({first[:160]})") from None
     return model.eval(), meta

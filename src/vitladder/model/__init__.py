@@ -1,3 +1,3 @@
-from vitladder.model.vit import ViTConfig, build_vit, num_parameters
+from vitladder.model.vit import ViTConfig, build_vit, check_vit_config, num_parameters, vit_config_from_dict
 
-__all__ = ["ViTConfig", "build_vit", "num_parameters"]
+__all__ = ["ViTConfig", "build_vit", "check_vit_config", "num_parameters", "vit_config_from_dict"]

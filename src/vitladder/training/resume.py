@@ -11,17 +11,18 @@ import torch
 
 from vitladder.atomic import atomic_path
 from vitladder.errors import CheckpointError
+from vitladder.safe_load import load_checkpoint_file
+
+RETRAIN = "delete it to retrain this rung from scratch"
 
 
 def checkpoint_epoch(ckpt: Path) -> int:
     """Epochs finished when `ckpt` was written; a truncated or foreign file is a clear error."""
+    state = load_checkpoint_file(ckpt, RETRAIN)
     try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
         return int(state["epoch"]) + 1  # Lightning stores the index of the epoch that just ended
-    except Exception as error:  # torch raises several types for damaged files
-        raise CheckpointError(
-            f"{ckpt}: unreadable checkpoint ({type(error).__name__}); delete it to retrain this rung from scratch"
-        ) from None
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{ckpt}: not a Lightning checkpoint (no epoch); {RETRAIN}") from None
 
 
 def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
