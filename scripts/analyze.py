@@ -37,9 +37,11 @@ def main(argv: list[str] | None = None) -> Path:
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, args.overrides)
     images, labels, classes = test_split(cfg)
-    n = min(args.images or int(cfg.analysis.num_images), len(images))
-    if n < 1:
+    if args.images is not None and args.images < 1:
         raise UserError(f"--images must be at least 1, got {args.images}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
     if args.out is not None:
         out = args.out
     elif meta.run_dir is not None:

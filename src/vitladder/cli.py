@@ -7,7 +7,7 @@ import sys
 from typing import Callable, Sequence, TypeVar
 
 from vitladder.config import RUNGS, check_rung, compose_rung, is_step_override
-from vitladder.errors import UserError
+from vitladder.errors import UserError, describe_os_error
 
 F = TypeVar("F", bound=Callable)
 
@@ -18,7 +18,8 @@ def fail(message: str, exit_code: int = 2) -> None:
 
 
 def reports_user_errors(func: F) -> F:
-    """Turns a UserError into `error: <message>` on stderr and its exit code."""
+    """Turns a UserError into `error: <message>` on stderr and its exit code, and so does a read or
+    write the system refused (an OSError: full disk, no permission), naming the path."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -26,6 +27,8 @@ def reports_user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except UserError as error:
             fail(str(error), error.exit_code)
+        except OSError as error:
+            fail(describe_os_error(error))
 
     return wrapper  # type: ignore[return-value]
 

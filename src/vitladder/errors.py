@@ -1,5 +1,7 @@
 """User-facing errors: one clear line that says what to do, never a traceback."""
 
+import errno
+
 
 class UserError(Exception):
     """A mistake the user can fix (bad input, missing data, unknown rung).
@@ -17,3 +19,17 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint that is missing, truncated or not one this project wrote."""
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for a read or write the system refused (full disk, no permission): which path, why, what to do."""
+    where = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        advice = ("free some disk space or write elsewhere, then run the same command again "
+                  "(an interrupted rung resumes from its last checkpoint)")
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "make it writable or write elsewhere (output_root=PATH, --out DIR)"
+    else:
+        advice = "check the path and the disk, then run the same command again"
+    return f"{where}: {reason}; {advice}" if where else f"{reason}; {advice}"

@@ -94,7 +94,8 @@ def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> No
 
 @pytest.mark.parametrize("args, message", [
     (["{missing}"], "no such checkpoint file or run folder"),
-    (["{run}", "--images", "0"], "--images must be at least 1"),
+    (["{run}", "--images", "0"], "--images must be between 1 and 256, got 0"),
+    (["{run}", "--images", "257"], "--images must be between 1 and 256, got 257"),
 ])
 def test_script_reports_mistakes_in_one_line(demo_run: Path, tmp_path: Path, capsys, args, message) -> None:
     argv = [a.format(missing=tmp_path / "nope", run=demo_run) for a in args]
@@ -122,3 +123,15 @@ def test_batches_do_not_change_the_numbers(demo_run: Path, demo_index: Path, tmp
         assert a["label"] == b["label"] and a["pred"] == b["pred"]
         diff = decode_array(a["attn"], "u1").astype(int) - decode_array(b["attn"], "u1").astype(int)
         assert np.abs(diff).max() <= 1  # float sums may round a byte the other way, never more
+
+
+def test_a_checkpoint_with_a_pickle_payload_runs_nothing(make_run, tmp_path: Path, capsys, payload_checkpoint) -> None:
+    run = make_run(tmp_path / "outputs")
+    model_pt = run / "checkpoints" / "model.pt"
+    marker = tmp_path / "payload-ran"
+    payload_checkpoint(model_pt, marker, torch.load(model_pt, weights_only=True))
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main([str(run), "--images", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(f"error: {model_pt}: refused"), err
+    assert not marker.exists() and not (run / "demo").exists()

@@ -36,6 +36,7 @@ __all__ = ["STATIC_FILES", "attention_payload", "default_out_dir", "export_demo"
 
 STATIC_FILES = ("index.html", "demo.css", "demo.js")
 BATCH = 64  # images per forward pass
+MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
 
 
 def default_out_dir(meta: LoadedModel) -> Path:
@@ -98,8 +99,8 @@ def export_demo(
 
     ``overrides`` (``key=value``) change the run's config, e.g. where its data now lives.
     """
-    if num_images < 1:
-        raise UserError(f"--images must be at least 1, got {num_images}")
+    if not 1 <= num_images <= MAX_IMAGES:
+        raise UserError(f"--images must be between 1 and {MAX_IMAGES}, got {num_images}")
     model, meta = load_model(source)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, overrides)
     images, labels, classes = test_split(cfg)
@@ -129,5 +130,4 @@ def export_demo(
     files["data.js"] = render_data_js(payload)
     for name, text in sorted(files.items(), key=lambda item: item[0] == "index.html"):
         write_text(out_dir / name, text)  # index.html last: its presence means the demo is complete
-        (out_dir / name).chmod(0o644)  # atomic writes start private; a static server must read them
     return out_dir / "index.html"
