@@ -21,9 +21,11 @@ def main(argv: list[str] | None = None) -> None:
     from vitladder.training.estimate import estimate_ladder
     from vitladder.training.ladder import data_overrides, parse_seeds, plan_ladder, run_ladder
     from vitladder.training.run import train_rung
+    from vitladder.training.wandb_run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
+    check_wandb_mode(runs[0].cfg.wandb.mode)  # before the time estimate trains a few steps
     from vitladder.demo.export import export_demo
     from vitladder.report.ladder_report import build_report, log_report_to_wandb
 

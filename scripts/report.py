@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> Path:
 
     from vitladder.errors import UserError
     from vitladder.report.ladder_report import build_report, collect, log_report_to_wandb
+    from vitladder.training.wandb_run import check_wandb_mode
 
+    check_wandb_mode(args.wandb_mode, source="--wandb-mode")  # before the report is written
     if not args.ladder_dir.is_dir():
         raise UserError(f"{args.ladder_dir}: no such ladder folder (train one with `make ladder`)")
     results = collect(args.ladder_dir)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.run import RunPaths, is_finished, train_rung
 
@@ -99,3 +100,12 @@ def test_a_short_run_on_real_cifar10_clearly_beats_chance(tmp_path, cifar10_arch
     summary = train_rung(cfg)
     print(f"real CIFAR-10 subset: test acc {summary['test_acc']:.3f} in {summary['seconds']} s")
     assert summary["test_acc"] > 0.25, summary  # chance is 0.10; 2,000 test images: +-1%
+
+
+def test_a_batch_larger_than_the_training_split_is_refused_before_the_run_folder_exists(tiny_cfg):
+    cfg = tiny_cfg("patch8", "data.batch_size=5000")
+    with pytest.raises(UserError) as error:
+        train_rung(cfg)
+    assert str(error.value) == ("data.batch_size=5000 is larger than the training split (1000 images): "
+                                "lower data.batch_size")
+    assert not Path(cfg.run_dir).exists()

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.data.sources import DEFAULT_MAX_FILE_MIB, ImageSplits, load_cifar10, load_image_folder, make_synthetic
-from vitladder.errors import DataError
+from vitladder.errors import DataError, UserError
 
 
 def load_source(data_cfg: DictConfig) -> ImageSplits:
@@ -95,6 +95,9 @@ class ImageDataModule(L.LightningDataModule):
             train_subset=self.cfg.train_subset,
             test_subset=self.cfg.test_subset,
         )
+        if int(self.cfg.batch_size) > len(train.labels):  # drop_last would leave no training batch at all
+            raise UserError(f"data.batch_size={int(self.cfg.batch_size)} is larger than the training split "
+                            f"({len(train.labels)} images): lower data.batch_size")
         self.train, self.val, self.test = (
             Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test)
         )

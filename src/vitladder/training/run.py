@@ -15,13 +15,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.outputs import analysis_summary_for_done
-from vitladder.atomic import atomic_path, write_json, write_text
+from vitladder.atomic import save_torch, write_json, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
+from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.lock import run_lock
 from vitladder.training.module import LadderModule
 from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
-from vitladder.training.wandb_run import finished_if_failed, make_logger
+from vitladder.training.wandb_run import check_wandb_mode, finished_if_failed, make_logger
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
 MODEL_FILE = "model.pt"  # the final model, loadable without Lightning
@@ -89,34 +91,21 @@ def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
 
 
 def save_model(module: LadderModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
-    with atomic_path(paths.model) as tmp:
-        torch.save(
-            {
-                "format": MODEL_FORMAT,
-                "vit_config": module.vit_config.to_dict(),
-                "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
-                "classes": list(classes),
-                "rung": cfg.rung,
-                "ladder": cfg.ladder,
-            },
-            tmp,
-        )
+    save_torch(
+        {
+            "format": MODEL_FORMAT,
+            "vit_config": module.vit_config.to_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
+            "classes": list(classes),
+            "rung": cfg.rung,
+            "ladder": cfg.ladder,
+        },
+        paths.model,
+    )
 
 
 class RunInterrupted(UserError):
     exit_code = 130
-
-
-def prepare_run_dir(paths: RunPaths) -> None:
-    try:
-        paths.root.mkdir(parents=True, exist_ok=True)
-        probe = paths.root / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(
-            f"cannot write to the output folder {paths.root} ({error.strerror}): choose another with output_root=PATH"
-        ) from None
 
 
 def resume_checkpoint(paths: RunPaths) -> str | None:
@@ -154,6 +143,7 @@ def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: li
         enable_model_summary=False,
         log_every_n_steps=int(cfg.trainer.log_every_n_steps),
         num_sanity_val_steps=0,
+        plugins=[AtomicCheckpointIO()],  # last.ckpt: written atomically beside the old one, read weights-only
     )
 
 
@@ -166,11 +156,18 @@ def train_rung(cfg: DictConfig) -> dict:
     paths = RunPaths(Path(cfg.run_dir))
     if paths.done.exists():
         return read_summary(paths.root)
+    check_wandb_mode(cfg.wandb.mode)
     started = time.time()
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()
-    prepare_run_dir(paths)
+    with run_lock(paths.root):  # one process per rung, until done.json is written
+        if paths.done.exists():  # finished by the process that held the lock a moment ago
+            return read_summary(paths.root)
+        return _train_locked(cfg, paths, datamodule, started)
+
+
+def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float) -> dict:
     write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
     resume_from = resume_checkpoint(paths)
 
@@ -178,7 +175,7 @@ def train_rung(cfg: DictConfig) -> dict:
     module = build_module(cfg, num_classes=len(datamodule.classes))
     wandb_logger = make_logger(cfg, paths.root)
     csv_logger = make_csv_logger(paths)
-    # Saved at the end of every training epoch, after the divergence check, atomically by Lightning.
+    # Saved at the end of every training epoch, after the divergence check, atomically (AtomicCheckpointIO).
     checkpoint = ModelCheckpoint(
         dirpath=str(paths.checkpoints), filename=paths.last_ckpt.stem, enable_version_counter=False,
         monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced every epoch
@@ -188,7 +185,7 @@ def train_rung(cfg: DictConfig) -> dict:
     )
     with finished_if_failed():
         trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], [checkpoint, analysis])
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
         val_acc = trainer.callback_metrics.get("val/acc")

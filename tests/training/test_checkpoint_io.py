@@ -1,0 +1,95 @@
+"""last.ckpt is written atomically (a full disk keeps the previous one, which still resumes) and read
+weights-only (a checkpoint with a pickle payload placed as last.ckpt runs nothing)."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import io
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitladder.cli import reports_user_errors
+from vitladder.errors import CheckpointError
+from vitladder.training import run as run_module
+from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.resume import checkpoint_epoch
+from vitladder.training.run import RunPaths, train_rung
+
+TINY = ["data.num_train=700", "data.num_test=100", "data.val_size=100", "data.train_subset=null",
+        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=20", "analysis.track_images=8"]
+
+
+def epochs_in(metrics_csv: Path) -> list[int]:
+    with metrics_csv.open() as file:
+        return [int(row["epoch"]) for row in csv.DictReader(file) if row.get("val/acc")]
+
+
+@pytest.fixture
+def umask_007():
+    previous = os.umask(0o007)  # outputs must get the umask's mode (0660 here), not mkstemp's 0600
+    yield 0o660
+    os.umask(previous)
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_which_still_resumes(tiny_cfg, monkeypatch,
+                                                                                  umask_007):
+    cfg = tiny_cfg("patch8", "profile.epoch_scale=0.02", *TINY)  # 2 epochs
+    paths = RunPaths(Path(cfg.run_dir))
+    save, checkpoints = torch.save, []
+
+    def disk_fills_up(obj, file, *args, **kwargs):
+        if isinstance(obj, dict) and "loops" in obj:  # a Lightning checkpoint
+            checkpoints.append(obj["epoch"])
+            if len(checkpoints) == 2:  # the second one: half of it reaches the disk, then the disk is full
+                buffer = io.BytesIO()
+                save(obj, buffer)
+                file.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return save(obj, file, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills_up)
+    with pytest.raises(OSError) as failure:
+        train_rung(cfg)
+    assert failure.value.errno == errno.ENOSPC and failure.value.filename == str(paths.last_ckpt)
+    assert checkpoint_epoch(paths.last_ckpt) == 1, "the first epoch's checkpoint is intact"
+    assert not list(paths.root.rglob("*.tmp")), "no temp file left"
+
+    monkeypatch.setattr(torch, "save", save)
+    resumed_from = []
+    resume = run_module.resume_checkpoint
+    monkeypatch.setattr(run_module, "resume_checkpoint", lambda p: resumed_from.append(resume(p)) or resumed_from[-1])
+    summary = train_rung(cfg)
+    assert resumed_from == [str(paths.last_ckpt)] and summary["epochs"] == 2
+    assert epochs_in(paths.metrics_csv) == [0, 1], "each epoch logged once"
+    for output in (paths.config, paths.metrics_csv, paths.last_ckpt, paths.model, paths.done,
+                   paths.analysis / "heads.csv", paths.analysis / "distance.png"):
+        assert stat.S_IMODE(output.stat().st_mode) == umask_007, output
+
+
+def test_a_pickle_payload_as_last_ckpt_runs_nothing_on_resume(tiny_cfg, tmp_path, capsys, payload_checkpoint):
+    cfg = tiny_cfg("patch8", *TINY)
+    paths = RunPaths(Path(cfg.run_dir))
+    marker = tmp_path / "payload-ran"
+    payload_checkpoint(paths.last_ckpt, marker, {"epoch": 0, "state_dict": {}, "loops": {}})
+    with pytest.raises(SystemExit) as exit_info:
+        reports_user_errors(train_rung)(cfg)  # what train.py runs
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert str(paths.last_ckpt) in err and "refused" in err
+    assert not marker.exists(), "the checkpoint's code ran"
+    assert not (paths.root / "wandb").exists() and not paths.model.exists()
+
+
+def test_lightning_reads_checkpoints_weights_only_through_the_plugin(tiny_cfg, tmp_path, payload_checkpoint):
+    trainer = run_module.build_trainer(tiny_cfg("patch8"), RunPaths(tmp_path), [], [])
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    marker = tmp_path / "payload-ran"
+    ckpt = payload_checkpoint(tmp_path / "last.ckpt", marker, {"epoch": 0})
+    with pytest.raises(CheckpointError, match="refused"):
+        trainer.strategy.load_checkpoint(ckpt, weights_only=False)  # even when asked to unpickle
+    assert not marker.exists()

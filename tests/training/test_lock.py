@@ -1,0 +1,97 @@
+"""One process per run folder: a second train.py or ladder on a locked rung stops with one line and
+touches nothing; the lock of a killed holder is taken over."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
+from vitladder.training.run import train_rung
+
+TINY = ["profile=smoke", "data=synthetic", "data.num_train=300", "data.num_test=50", "data.val_size=50",
+        "data.train_subset=null", "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10",
+        "trainer.progress_bar=false"]
+HOLDER = ("import sys, time; from pathlib import Path; from vitladder.training.lock import run_lock\n"
+          "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)")
+
+
+def hold(run_dir: Path, env: dict) -> subprocess.Popen:
+    """Another process that takes the rung's lock and keeps it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+            for p in sorted(folder.rglob("*"))}
+
+
+def one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-2000:]
+    return lines[0]
+
+
+def test_a_second_train_py_on_a_locked_rung_stops_and_a_dead_holders_lock_is_taken_over(repo_root, tmp_path,
+                                                                                      child_env):
+    run_dir = tmp_path / "smoke" / "patch8"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("the holder's config\n")
+    (run_dir / "metrics.csv").write_text("epoch,val/acc\n0,0.5\n")
+    holder = hold(run_dir, child_env())
+    try:
+        assert holder_pid(run_dir / LOCK_FILE) == str(holder.pid)
+        before = snapshot(run_dir)
+        result = subprocess.run([sys.executable, "train.py", "+step=patch8", *TINY, f"output_root={tmp_path}"],
+                                cwd=repo_root, capture_output=True, text=True, timeout=300, env=child_env())
+        assert result.returncode == 2
+        line = one_line(result.stderr)
+        assert f"{run_dir} is in use by another process (pid {holder.pid})" in line, line
+        assert snapshot(run_dir) == before, "the second process touched the run folder"  # no W&B run, no CSV
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The kernel released the killed holder's flock: the next process takes the rung over.
+    with run_lock(run_dir):
+        assert holder_pid(run_dir / LOCK_FILE) == str(os.getpid())
+
+
+def test_a_ladder_stops_at_a_locked_rung_with_the_same_line(tmp_path, child_env, repo_root, capsys):
+    spec = importlib.util.spec_from_file_location("ladder_script", repo_root / "scripts" / "ladder.py")
+    ladder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ladder)
+    holder = hold(tmp_path / "smoke" / "patch8", child_env())
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            ladder.main([*TINY, f"output_root={tmp_path}"])
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"in use by another process (pid {holder.pid})" in err, err
+    assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == ["patch8"], "the ladder went past the rung"
+
+
+def test_in_process_a_held_lock_is_refused_at_once_and_other_ranks_of_the_run_pass(tmp_path, child_env,
+                                                                                    monkeypatch, tiny_cfg):
+    cfg = tiny_cfg("patch8", f"output_root={tmp_path}")
+    holder = hold(Path(cfg.run_dir), child_env())
+    try:
+        with pytest.raises(RunLocked, match=f"pid {holder.pid}"):
+            train_rung(cfg)
+        monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP worker of the holder's own run trains alongside it
+        with run_lock(Path(cfg.run_dir)):
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
