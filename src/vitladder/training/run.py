@@ -152,6 +152,7 @@ def train_rung(cfg: DictConfig) -> dict:
 
     A finished rung (done.json present) is skipped untouched; an interrupted one resumes from
     last.ckpt in the same W&B run. done.json is written last, so its presence means finished.
+    One process per rung: the folder's lock is held from config.yaml to done.json (training/lock.py).
     """
     paths = RunPaths(Path(cfg.run_dir))
     if paths.done.exists():
@@ -168,6 +169,7 @@ def train_rung(cfg: DictConfig) -> dict:
 
 
 def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float) -> dict:
+    """Everything that writes into the run folder, run while this process holds its lock."""
     write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
     resume_from = resume_checkpoint(paths)
 
