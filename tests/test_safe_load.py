@@ -28,8 +28,8 @@ def test_the_payload_is_live_and_refused_here(tmp_path, payload_checkpoint):
 
 def test_the_projects_own_model_loads_weights_only(tmp_path):
     config = ViTConfig(embed_dim=48)
-    saved = {"format": "vitladder-model/1", "vit_config": config.to_dict(), "state_dict": build_vit(config).state_dict(),
-             "classes": ["a"] * 10, "rung": "patch4", "ladder": "smoke"}
+    saved = {"format": "vitladder-model/1", "vit_config": config.to_dict(),
+             "state_dict": build_vit(config).state_dict(), "classes": ["a"] * 10, "rung": "patch4", "ladder": "smoke"}
     torch.save(saved, tmp_path / "model.pt")
     model, meta = load_model(tmp_path / "model.pt")
     assert meta.vit_config == config and meta.rung == "patch4"
