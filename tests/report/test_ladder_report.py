@@ -31,9 +31,9 @@ def make_run(ladder: Path, rung: str, seed: int = 0, test_acc: float = 0.5, laye
     patch8 = rung in ("patch8", "augment")
     uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
     if analysed:
-        rows = [{"layer": l, "mean_distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
+        rows = [{"layer": l, "distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
                  "entropy_nats": entropy1 if l == 1 else 3.5, "cls_share": 0.05, "uniform_distance_px": uniform,
-                 "uniform_entropy_nats": uniform_h, "mean_distance_drop_px": 10.0} for l in range(7)]
+                 "uniform_entropy_nats": uniform_h, "distance_drop_px": 10.0} for l in range(7)]
         write_csv(run / "analysis" / "layers.csv", LAYERS_COLUMNS, rows)
     if finished:
         (run / "done.json").write_text(json.dumps({"rung": rung, "ladder": ladder.name, "seed": seed, "epochs": 1,

@@ -56,7 +56,7 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     analysis = paths.root / "analysis"
     with (analysis / "heads.csv").open() as heads:
         rows = list(csv.DictReader(heads))
-    assert len(rows) == 42 and list(rows[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert len(rows) == 42 and list(rows[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert len(list(analysis.glob("*.png"))) >= 3
     assert summary["uniform_distance_px"] == pytest.approx(16.546, abs=1e-3)
 
