@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
     from vitladder.demo.export import export_demo
-    from vitladder.report.ladder_report import build_report, log_report_to_wandb
+    from vitladder.report.ladder_report import build_report
+    from vitladder.report.wandb_run import log_report_to_wandb
 
     summaries = run_ladder(runs, train_rung, estimate_ladder)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent

@@ -102,3 +102,27 @@ def read_wandb(folder: Path) -> WandbRun:
 def wandb_run_reader():
     """read_wandb(offline-run folder) -> WandbRun (test modules cannot import this conftest)."""
     return read_wandb
+
+
+@pytest.fixture(scope="session")
+def smoke_ladder(tmp_path_factory) -> Path:
+    """A one-rung ladder (patch4, 2 epochs, lr logged every step) with its report built twice, W&B offline:
+    shared by the tests that read W&B records back. Do not modify it: copy what a test changes."""
+    from vitladder.config import compose_rung
+    from vitladder.report.ladder_report import build_report
+    from vitladder.report.wandb_run import log_report_to_wandb
+    from vitladder.training.run import train_rung
+
+    root = tmp_path_factory.mktemp("wandb-ladder")
+    cfg = compose_rung("patch4", [
+        "profile=smoke", "data=synthetic", "data.num_train=600", "data.num_test=100", "data.val_size=100",
+        "data.train_subset=null", "data.test_subset=null", "data.batch_size=100", "analysis.num_images=20",
+        "analysis.track_images=8", "profile.epoch_scale=0.02", "trainer.log_every_n_steps=1",
+        "trainer.progress_bar=false", f"output_root={root}",
+    ])
+    train_rung(cfg)
+    ladder = Path(cfg.run_dir).parent
+    for _ in range(2):  # rebuilt: the same report run continues
+        build_report(ladder)
+        log_report_to_wandb(ladder, mode="offline")
+    return ladder

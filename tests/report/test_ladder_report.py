@@ -14,7 +14,8 @@ from PIL import Image
 
 from vitladder.analysis.outputs import LAYERS_COLUMNS, read_csv, write_csv
 from vitladder.config import RUNGS
-from vitladder.report.ladder_report import REFERENCE, build_report, log_report_to_wandb, mean_ci, t_quantile_975
+from vitladder.report.ladder_report import REFERENCE, build_report, mean_ci, t_quantile_975
+from vitladder.report.wandb_run import log_report_to_wandb
 
 REPO = Path(__file__).resolve().parents[2]
 LADDER_COLUMNS = ["rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats"]

@@ -14,7 +14,7 @@ from vitladder.analysis.outputs import HEADS_COLUMNS, LAYERS_COLUMNS, head_rows,
 from vitladder.analysis.summary import AttentionSummary
 from vitladder.config import rung_index
 
-__all__ = ["BY_LAYER_CHARTS", "analysis_summary_keys", "log_analysis", "run_columns"]
+__all__ = ["BY_LAYER_CHARTS", "analysis_summary_keys", "log_analysis", "log_reanalysis", "run_columns"]
 
 # Custom charts (wandb.plot.line over the layers table), logged as analysis/<quantity>_by_layer.
 BY_LAYER_CHARTS = {"distance_px": "mean attention distance (px)", "entropy_nats": "entropy (nats)",
@@ -56,3 +56,22 @@ def log_analysis(run, summary: AttentionSummary, files: Mapping[str, Path], rung
               if Path(path).suffix == ".png"}
     run.log({"analysis/heads": table(HEADS_COLUMNS, head_rows(summary)), "analysis/layers": layers, **charts, **images})
     run.summary.update(analysis_summary_keys(summary))
+
+
+def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping[str, Path], mode: str) -> str | None:
+    """A re-analysis of a rung folder reaches its W&B run: the run is continued by its stored id and gets
+    the new summary, tables and charts, and a new version of its analysis artifact. Returns the run id,
+    or None when the rung has no W&B run or W&B is disabled."""
+    from vitladder.training.wandb_artifacts import analysis_artifact
+    from vitladder.training.wandb_run import resume_rung_run
+
+    run = resume_rung_run(cfg, run_dir, mode)
+    if run is None:
+        return None
+    try:
+        log_analysis(run, summary, files, str(cfg.rung), int(cfg.seed))
+        run.log_artifact(analysis_artifact(Path(run_dir) / "analysis", str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
+                         aliases=["latest", str(cfg.rung)])
+        return run.id
+    finally:
+        run.finish()

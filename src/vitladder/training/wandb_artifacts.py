@@ -24,16 +24,16 @@ from omegaconf import DictConfig
 from vitladder.config import rung_index
 
 __all__ = ["analysis_artifact", "artifact_name", "dataset_artifact", "log_rung_artifacts", "model_artifact",
-           "use_input"]
+           "safe_name", "use_input"]
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     """W&B artifact names take letters, digits, dashes, underscores and dots."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "unnamed"
 
 
 def artifact_name(kind: str, ladder: str, rung: str, seed: int) -> str:
-    return _safe(f"{kind}-{ladder}-{rung}-seed{int(seed)}")
+    return safe_name(f"{kind}-{ladder}-{rung}-seed{int(seed)}")
 
 
 def _run_metadata(ladder: str, rung: str, seed: int) -> dict:
@@ -62,7 +62,7 @@ def dataset_artifact(data_cfg: DictConfig):
         name = f"dataset-{source}-{params['num_train']}-{params['num_test']}-seed{params['seed']}"
     if path is not None:
         metadata["path"] = str(path.resolve())
-    artifact = wandb.Artifact(_safe(name), type="dataset", metadata=metadata,
+    artifact = wandb.Artifact(safe_name(name), type="dataset", metadata=metadata,
                               description=f"the {source} data set, referenced where it lives, not uploaded")
     if path is not None and path.exists():
         artifact.add_reference(path.resolve().as_uri(), name=path.name, checksum=checksum)
