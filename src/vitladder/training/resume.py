@@ -48,11 +48,12 @@ def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
         epoch = _number(row, "epoch")
         return epoch is not None and epoch <= from_epoch and not any(row[key] for key in tests)
 
-    last_step = max((_number(row, "step") or 0 for row in rows if held(row)), default=0)
+    # Lightning logs an epoch's metrics at the step of its last batch, the step of that batch's learning rate.
+    last_step = max((step for row in rows if held(row) and (step := _number(row, "step")) is not None), default=-1)
 
     def step_held(row: dict) -> bool:
         step = _number(row, "step")
-        return _number(row, "epoch") is None and step is not None and step < last_step
+        return _number(row, "epoch") is None and step is not None and step <= last_step
 
     kept = [row for row in rows if held(row) or step_held(row)]
     with atomic_path(metrics_csv) as tmp, tmp.open("w", newline="") as file:
