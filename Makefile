@@ -11,10 +11,11 @@ LADDER ?=              # name of the ladder folder under outputs/ (default: the 
 ARGS ?=                # more Hydra overrides, e.g. ARGS="trainer.devices=2"
 RUN ?= outputs/full/epochs200  # make demo: the run folder (or checkpoint) to export
 
+LADDER_DIR = outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test report demo bench clean-venv
+.PHONY: help ladder test report demo bench wandb-sync wandb-report clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,7 +31,13 @@ ladder: $(STAMP)  ## train every rung in order (skips finished ones), analyse ea
 	$(PY) scripts/ladder.py $(LADDER_ARGS)
 
 report: $(STAMP)  ## rebuild outputs/<ladder>/report.md from the finished rungs
-	$(PY) scripts/report.py outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
+	$(PY) scripts/report.py $(LADDER_DIR)
+
+wandb-sync: $(STAMP)  ## upload every offline W&B run of the ladder: rungs, their resumed parts, the report run
+	$(VENV)/bin/wandb sync $(LADDER_DIR)/*/wandb/offline-run-* $(LADDER_DIR)/wandb/offline-run-*
+
+wandb-report: $(STAMP)  ## build and save a W&B Report of the ladder (online); prints its address
+	$(PY) scripts/wandb_report.py $(LADDER_DIR)
 
 demo: $(STAMP)  ## export the browser demo of RUN (a run folder or checkpoint)
 	$(PY) scripts/export_demo.py $(strip $(RUN))

@@ -7,6 +7,9 @@
 The test images are the run's own: its config.yaml rebuilds the same seeded test split, and the
 first N of them are analysed. ``key=value`` overrides change that config (e.g. where the data
 now lives); a model.pt outside any run folder composes its rung's config with them instead.
+A run folder's own analysis/ (the default --out) also reaches the rung's W&B run: it is continued
+by its stored id (wandb_run_id.txt) with the new summary, tables and charts, and a new version of
+its analysis artifact, so the dashboard never disagrees with analysis/ and report.md.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <run>/analysis)")
     parser.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu or cuda (default: cuda if present)")
+    parser.add_argument("--wandb-mode", default=None,
+                        help="auto, online, offline or disabled (default: the run's wandb.mode; WANDB_MODE wins)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.root=PATH")
     args = parser.parse_args(argv)
 
     from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
     from vitladder.analysis.outputs import read_tracking, write_analysis
     from vitladder.analysis.summary import analyse
+    from vitladder.analysis.wandb_log import log_reanalysis
     from vitladder.errors import UserError
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
@@ -53,10 +59,13 @@ def main(argv: list[str] | None = None) -> Path:
                       int(meta.vit_config.patch_size), labels=labels[:n],
                       example_index=min(int(cfg.analysis.example_image), n - 1))
     history = meta.history or read_tracking(out)
-    write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
+    files = write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
+    run_id = None
+    if meta.run_dir is not None and out.resolve() == (meta.run_dir / "analysis").resolve():
+        run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
     print(f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
           f"layer-1 distance {summary.layers.distance_px[min(1, summary.num_layers - 1)]:.1f} px "
-          f"(uniform {summary.uniform_distance_px:.1f}); files in {out}")
+          f"(uniform {summary.uniform_distance_px:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else ""))
     return out
 
 

@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
     check_wandb_mode(runs[0].cfg.wandb.mode)  # before the time estimate trains a few steps
     from vitladder.demo.export import export_demo
-    from vitladder.report.ladder_report import build_report, log_report_to_wandb
+    from vitladder.report.ladder_report import build_report
+    from vitladder.report.wandb_run import log_report_to_wandb
 
     summaries = run_ladder(runs, train_rung, estimate_ladder)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
 
     from vitladder.errors import UserError
-    from vitladder.report.ladder_report import build_report, collect, log_report_to_wandb
+    from vitladder.report.ladder_report import build_report, collect
+    from vitladder.report.wandb_run import log_report_to_wandb
     from vitladder.training.wandb_run import check_wandb_mode
 
     check_wandb_mode(args.wandb_mode, source="--wandb-mode")  # before the report is written

@@ -1,8 +1,13 @@
-"""Shared fixtures: the repository root, the real CIFAR-10 archive when present, offline W&B."""
+"""Shared fixtures: the repository root, the real CIFAR-10 archive when present, offline W&B and
+reading offline W&B runs back as `wandb leet inspect --json` prints them."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -69,3 +74,80 @@ def write_payload_checkpoint(path: Path, marker: Path, base: dict | None = None)
 def payload_checkpoint():
     """``payload_checkpoint(path, marker, base=None)``: writes a checkpoint whose unpickling creates ``marker``."""
     return write_payload_checkpoint
+
+
+@dataclass
+class WandbRun:
+    """One offline run folder's records, read back with `wandb leet inspect --json`."""
+
+    folder: Path
+    records: list[dict] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[dict]:
+        return [r[kind] for r in self.records if r.get("type") == kind]
+
+    @property
+    def run(self) -> dict:
+        return self.of("run")[0]
+
+    @property
+    def history(self) -> list[dict]:
+        return [h["item"] for h in self.of("history")]
+
+    @property
+    def summary(self) -> dict:
+        merged: dict = {}
+        for update in self.of("summary"):
+            merged.update(update.get("update", {}))
+        return merged
+
+    @property
+    def metrics(self) -> dict[str, dict]:
+        """The final definition of every metric name or glob (a later definition replaces an earlier one)."""
+        return {m.get("name") or m.get("glob_name"): m for m in self.of("metric")}
+
+    @property
+    def artifacts(self) -> list[dict]:
+        return [a for a in self.of("artifact") if not a.get("name", "").startswith("run-")]  # not W&B's table ones
+
+    def table(self, key: str) -> dict:
+        """A logged wandb.Table's JSON (columns, data), from the run's media files."""
+        return json.loads((self.folder / "files" / self.summary[f"{key}.path"]).read_text())
+
+
+def read_wandb(folder: Path) -> WandbRun:
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(folder)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return WandbRun(Path(folder), [json.loads(line) for line in result.stdout.splitlines() if line.strip()])
+
+
+@pytest.fixture(scope="session")
+def wandb_run_reader():
+    """read_wandb(offline-run folder) -> WandbRun (test modules cannot import this conftest)."""
+    return read_wandb
+
+
+@pytest.fixture(scope="session")
+def smoke_ladder(tmp_path_factory) -> Path:
+    """A one-rung ladder (patch4, 2 epochs, lr logged every step) with its report built twice, W&B offline:
+    shared by the tests that read W&B records back. Do not modify it: copy what a test changes."""
+    from vitladder.config import compose_rung
+    from vitladder.report.ladder_report import build_report
+    from vitladder.report.wandb_run import log_report_to_wandb
+    from vitladder.training.run import train_rung
+
+    root = tmp_path_factory.mktemp("wandb-ladder")
+    cfg = compose_rung("patch4", [
+        "profile=smoke", "data=synthetic", "data.num_train=600", "data.num_test=100", "data.val_size=100",
+        "data.train_subset=null", "data.test_subset=null", "data.batch_size=100", "analysis.num_images=20",
+        "analysis.track_images=8", "profile.epoch_scale=0.02", "trainer.log_every_n_steps=1",
+        "trainer.progress_bar=false", f"output_root={root}",
+    ])
+    train_rung(cfg)
+    ladder = Path(cfg.run_dir).parent
+    for _ in range(2):  # rebuilt: the same report run continues
+        build_report(ladder)
+        log_report_to_wandb(ladder, mode="offline")
+    return ladder

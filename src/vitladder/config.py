@@ -34,6 +34,11 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("seed_suffix", seed_suffix)
 
 
+def rung_index(rung: str) -> int | None:
+    """The rung's position in RUNGS (0 = patch8): the order to sort rungs by in tables and charts."""
+    return RUNGS.index(rung) if rung in RUNGS else None
+
+
 def check_rung(rung: str) -> str:
     if rung not in RUNGS:
         raise UserError(f"unknown rung '{rung}': choose one of {', '.join(RUNGS)}")

@@ -40,7 +40,9 @@ class FittedRun:
 def fit(cfg: DictConfig, callback: AttentionAnalysis, wandb_dir: Path | None, ckpt_path: str | None = None,
         max_epochs: int | None = None) -> tuple[L.Trainer, ImageDataModule]:
     """What train_rung does, with our callback and an offline W&B logger when ``wandb_dir`` is given."""
+    from vitladder.training.axes import axis_callbacks
     from vitladder.training.run import build_module
+    from vitladder.training.wandb_run import WandbAxes
 
     run_dir = Path(cfg.run_dir)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
@@ -52,7 +54,7 @@ def fit(cfg: DictConfig, callback: AttentionAnalysis, wandb_dir: Path | None, ck
     trainer = L.Trainer(
         max_epochs=max_epochs or scaled_epochs(cfg)[0], accelerator="cpu", devices=1, logger=loggers,
         callbacks=[callback, ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
-                                             save_on_train_epoch_end=True)],
+                                             save_on_train_epoch_end=True), *axis_callbacks(), WandbAxes()],
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
         default_root_dir=str(run_dir),
     )

@@ -28,7 +28,7 @@ def analyze_main():
 def head_values(folder: Path) -> torch.Tensor:
     rows = read_csv(folder / "heads.csv")
     assert len(rows) == 42
-    return torch.tensor([[float(r["mean_distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])] for r in rows])
+    return torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])] for r in rows])
 
 
 def copy_run(fitted_run, tmp_path: Path) -> Path:

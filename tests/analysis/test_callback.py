@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import csv
-import json
+import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,30 +20,22 @@ EXPECTED_FILES = {"heads.csv", "layers.csv", "tracking.csv", "distance.png", "en
                   "cls_attention.png", "locality.png"}
 
 
-def read_wandb_summary(wandb_dir: Path) -> dict:
-    wandb_cli = Path(sys.executable).with_name("wandb")
-    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--summary", "--json", str(wandb_dir)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
 def test_history_covers_initialisation_and_every_epoch(fitted_run) -> None:
     history = fitted_run.callback.history
     assert sorted({(r["epoch"], r["layer"]) for r in history}) == [(e, l) for e in range(3) for l in range(7)]
-    assert all(0 < r["distance"] < 17 and 0 < r["entropy"] <= 4.175 for r in history)
+    assert all(0 < r["distance_px"] < 17 and 0 < r["entropy_nats"] <= 4.175 for r in history)
 
 
 def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     out = fitted_run.run_dir / "analysis"
     assert {p.name for p in out.iterdir()} == EXPECTED_FILES
     heads = read_csv(out / "heads.csv")
-    assert len(heads) == 42 and list(heads[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert len(heads) == 42 and list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert len(read_csv(out / "tracking.csv")) == 21
 
     test = fitted_run.datamodule.test
     again = analyse(fitted_run.trainer.lightning_module.model, test.images[:40], 40, 4, example_index=None)
-    got = torch.tensor([[float(r["mean_distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
+    got = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
     assert torch.allclose(got[..., 0], again.heads.distance_px, atol=1e-4)
     assert torch.allclose(got[..., 1], again.heads.entropy_nats, atol=1e-4)
     summary = fitted_run.callback.summary
@@ -55,21 +45,32 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
 
 def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
     rows = list(csv.DictReader((fitted_run.run_dir / "metrics.csv").open()))
-    tracked = {row["epoch"]: float(row["track/layer1/distance_px"]) for row in rows if row.get("track/layer1/distance_px")}
-    history = {r["epoch"]: r["distance"] for r in fitted_run.callback.history if r["layer"] == 1}
-    # Lightning's epoch column counts from 0 at the end of the first epoch; the history counts epochs trained.
-    assert tracked == pytest.approx({"0": history[1], "1": history[2]}, abs=1e-4)
+    tracked = {float(row["epoch"]): float(row["track/layer1/distance_px"]) for row in rows
+               if row.get("track/layer1/distance_px")}
+    history = {r["epoch"]: r["distance_px"] for r in fitted_run.callback.history if r["layer"] == 1}
+    # epoch = epochs trained, as in the history: the point at initialisation is logged too, at epoch 0.
+    assert tracked == pytest.approx({0: history[0], 1: history[1], 2: history[2]}, abs=1e-4)
     assert any(row.get("track/layer6/entropy_nats") for row in rows)
 
 
-def test_wandb_run_holds_the_analysis(fitted_run) -> None:
-    summary = read_wandb_summary(fitted_run.run_dir / "wandb")["summary"]
+def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:
+    run = wandb_run_reader(next((fitted_run.run_dir / "wandb").glob("offline-run-*")))
     layer1 = fitted_run.callback.summary.layers.distance_px[1].item()
-    assert summary["analysis/layer1/mean_distance_px"] == pytest.approx(layer1, abs=1e-4)
+    summary = run.summary
+    assert summary["analysis/layer1/distance_px"] == pytest.approx(layer1, abs=1e-4)
     for key in ("analysis/layer6/entropy_nats", "analysis/layer0/cls_share", "analysis/uniform_distance_px",
-                "analysis/heads", "analysis/figures/cls_attention", "analysis/figures/distance",
-                "analysis/mean_distance_px_by_layer_table", "track/layer1/distance_px"):
+                "analysis/heads.path", "analysis/figures/cls_attention.path", "analysis/distance_px_by_layer_table.path"):
         assert key in summary, key
+    # The final analysis is in the summary and in tables, never one-point scalar lines in the history.
+    assert not [key for row in run.history for key in row if re.match(r"analysis/layer\d", key)]
+    heads = run.table("analysis/heads")
+    assert heads["columns"] == ["rung", "rung_index", "seed", "layer", "head", "distance_px", "entropy_nats",
+                                "cls_share", "distance_drop_px"]
+    assert len(heads["data"]) == 42 and {tuple(r[:3]) for r in heads["data"]} == {("patch4", 2, 0)}
+    # Locality over training: every tracked epoch once, initialisation (epoch 0) included, against `epoch`.
+    tracked = [row["epoch"] for row in run.history if "track/layer1/distance_px" in row]
+    assert tracked == [0, 1, 2]
+    assert run.metrics["track/*"]["step_metric"] == "epoch" and run.metrics["*"]["step_metric"] == "epoch"
 
 
 def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_path: Path) -> None:
@@ -93,10 +94,12 @@ def test_state_dict_round_trip_and_config() -> None:
     callback = AttentionAnalysis.from_config(cfg, out_dir=Path("x"), rung="warmup", patch_px=8)
     assert (callback.num_images, callback.batch_size, callback.example_image, callback.track_every_n_epochs,
             callback.track_images, callback.patch_px) == (10, 5, 2, 3, 4, 8)
-    callback.history = [{"epoch": 0, "layer": 0, "distance": 1.0, "entropy": 2.0}]
+    callback.history = [{"epoch": 0, "layer": 0, "distance_px": 1.0, "entropy_nats": 2.0}]
     other = AttentionAnalysis(out_dir="y", rung="warmup", patch_px=8)
     other.load_state_dict(callback.state_dict())
     assert other.history == callback.history
+    other.load_state_dict({"history": [{"epoch": 3, "layer": 1, "distance": 5.0, "entropy": 1.5}]})  # older keys
+    assert other.history == [{"epoch": 3, "layer": 1, "distance_px": 5.0, "entropy_nats": 1.5}]
 
 
 def test_disabled_callback_does_nothing() -> None:

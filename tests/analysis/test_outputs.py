@@ -11,7 +11,9 @@ from PIL import Image
 from vitladder.analysis.outputs import (
     HEADS_COLUMNS,
     LAYERS_COLUMNS,
+    TRACKING_COLUMNS,
     analysis_summary_for_done,
+    read_analysis_csv,
     read_csv,
     read_tracking,
     write_analysis,
@@ -31,7 +33,7 @@ def summary() -> AttentionSummary:
 
 
 def history() -> list[dict]:
-    return [{"epoch": e, "layer": l, "distance": 16.0 - e * l / 4, "entropy": 4.1 - e * 0.1}
+    return [{"epoch": e, "layer": l, "distance_px": 16.0 - e * l / 4, "entropy_nats": 4.1 - e * 0.1}
             for e in range(3) for l in range(7)]
 
 
@@ -52,10 +54,10 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
 
     heads = read_csv(tmp_path / "heads.csv")
     assert len(heads) == 42
-    assert list(heads[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert tuple(heads[0]) == HEADS_COLUMNS
     assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(l, h) for l in range(7) for h in range(6)]
-    assert float(heads[13]["mean_distance_px"]) == pytest.approx(float(summary.heads.distance_px[2, 1]), abs=1e-5)
+    assert float(heads[13]["distance_px"]) == pytest.approx(float(summary.heads.distance_px[2, 1]), abs=1e-5)
 
     layers = read_csv(tmp_path / "layers.csv")
     assert len(layers) == 7 and tuple(layers[0]) == LAYERS_COLUMNS
@@ -67,7 +69,7 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
 
     tracked = read_tracking(tmp_path)
     assert [(r["epoch"], r["layer"]) for r in tracked] == [(r["epoch"], r["layer"]) for r in history()]
-    assert [r["entropy"] for r in tracked] == pytest.approx([r["entropy"] for r in history()], abs=1e-6)
+    assert [r["entropy_nats"] for r in tracked] == pytest.approx([r["entropy_nats"] for r in history()], abs=1e-6)
     for name in expected - {"heads.csv", "layers.csv", "tracking.csv"}:
         assert_real_png(tmp_path / name)
 
@@ -87,3 +89,17 @@ def test_summary_for_done(summary: AttentionSummary) -> None:
     assert done["layer1_entropy_nats"] == pytest.approx(float(summary.layers.entropy_nats[1]), abs=1e-5)
     assert done["uniform_distance_px"] == pytest.approx(16.5459, abs=1e-4)
     assert done["analysis_images"] == 6
+
+
+def test_one_name_per_quantity_and_older_folders_still_read(tmp_path: Path, summary: AttentionSummary) -> None:
+    """distance_px / entropy_nats / cls_share / distance_drop_px in every CSV; folders written before the
+    names were unified (mean_distance_px, distance, entropy) are read under today's names."""
+    assert set(HEADS_COLUMNS) - {"layer", "head"} == {"distance_px", "entropy_nats", "cls_share", "distance_drop_px"}
+    assert TRACKING_COLUMNS == ("epoch", "layer", "distance_px", "entropy_nats")
+    (tmp_path / "layers.csv").write_text("layer,mean_distance_px,entropy_nats,mean_distance_drop_px\n1,12.5,3.1,11.0\n")
+    (tmp_path / "tracking.csv").write_text("epoch,layer,distance,entropy\n0,1,16.5,4.17\n")
+    assert read_analysis_csv(tmp_path / "layers.csv") == [{"layer": "1", "distance_px": "12.5", "entropy_nats": "3.1",
+                                                           "distance_drop_px": "11.0"}]
+    assert read_tracking(tmp_path) == [{"epoch": 0, "layer": 1, "distance_px": 16.5, "entropy_nats": 4.17}]
+    files = write_analysis(summary, tmp_path / "again", "patch4", CLASSES, read_tracking(tmp_path))
+    assert read_csv(files["tracking"]) == [{"epoch": "0", "layer": "1", "distance_px": "16.5", "entropy_nats": "4.17"}]

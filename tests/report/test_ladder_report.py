@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,8 @@ from PIL import Image
 
 from vitladder.analysis.outputs import LAYERS_COLUMNS, read_csv, write_csv
 from vitladder.config import RUNGS
-from vitladder.report.ladder_report import REFERENCE, build_report, log_report_to_wandb, mean_ci, t_quantile_975
+from vitladder.report.ladder_report import REFERENCE, build_report, mean_ci, t_quantile_975
+from vitladder.report.wandb_run import log_report_to_wandb
 
 REPO = Path(__file__).resolve().parents[2]
 LADDER_COLUMNS = ["rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats"]
@@ -31,9 +30,9 @@ def make_run(ladder: Path, rung: str, seed: int = 0, test_acc: float = 0.5, laye
     patch8 = rung in ("patch8", "augment")
     uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
     if analysed:
-        rows = [{"layer": l, "mean_distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
+        rows = [{"layer": l, "distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
                  "entropy_nats": entropy1 if l == 1 else 3.5, "cls_share": 0.05, "uniform_distance_px": uniform,
-                 "uniform_entropy_nats": uniform_h, "mean_distance_drop_px": 10.0} for l in range(7)]
+                 "uniform_entropy_nats": uniform_h, "distance_drop_px": 10.0} for l in range(7)]
         write_csv(run / "analysis" / "layers.csv", LAYERS_COLUMNS, rows)
     if finished:
         (run / "done.json").write_text(json.dumps({"rung": rung, "ladder": ladder.name, "seed": seed, "epochs": 1,
@@ -145,22 +144,40 @@ def test_report_script(tmp_path: Path, capsys) -> None:
     assert err.startswith("error: ") and err.count("\n") == 1 and "no finished rung" in err
 
 
-def test_report_logged_to_wandb_offline(tmp_path: Path) -> None:
+def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_reader) -> None:
     ladder = tmp_path / "smoke"
-    make_run(ladder, "patch8", layer1=15.5)
+    accs = [0.80, 0.84, 0.83]
+    for seed, acc in enumerate(accs):
+        make_run(ladder, "warmup", seed=seed, test_acc=acc, layer1=10.0 + seed)
     make_run(ladder, "patch4", layer1=13.0)
     build_report(ladder)
     run_id = log_report_to_wandb(ladder, mode="offline")
-    assert run_id
-    run_dirs = list((ladder / "wandb").glob(f"offline-run-*-{run_id}"))
-    assert len(run_dirs) == 1 and list(run_dirs[0].glob("*.wandb"))
-    wandb_cli = Path(sys.executable).with_name("wandb")
-    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--summary", "--json", str(ladder / "wandb")],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    inspected = json.loads(result.stdout)
-    assert inspected["summary"]["report/patch4/layer1_distance_px"] == pytest.approx(13.0)
-    assert "report/ladder" in inspected["summary"] and "report/distance_by_layer" in inspected["summary"]
+    (folder,) = (ladder / "wandb").glob(f"offline-run-*-{run_id}")
+    run = wandb_run_reader(folder)
+    assert run.summary["report/patch4/layer1_distance_px"] == pytest.approx(13.0)
+
+    ladder_table = run.table("report/ladder")
+    columns = ladder_table["columns"]
+    assert columns[:4] == ["rung", "rung_index", "seeds", "n_seeds"] and "ref_test_acc" in columns
+    rows = {row[0]: dict(zip(columns, row)) for row in ladder_table["data"]}
+    assert list(rows) == list(RUNGS) and [r["rung_index"] for r in rows.values()] == list(range(len(RUNGS)))
+    warmup = rows["warmup"]
+    mean, half = mean_ci(accs)
+    assert warmup["seeds"] == "0,1,2" and warmup["n_seeds"] == 3 and warmup["ref_test_acc"] == REFERENCE["warmup"]["test_acc"]
+    assert warmup["test_acc"] == pytest.approx(mean) and warmup["test_acc_ci95"] == pytest.approx(half)
+    assert rows["patch8"]["n_seeds"] == 0 and rows["patch8"]["test_acc"] is None  # not run: the reference only
+
+    runs = run.table("report/runs")
+    assert runs["columns"][:3] == ["rung", "rung_index", "seed"]
+    assert sorted((r[0], r[2]) for r in runs["data"]) == [("patch4", 0), ("warmup", 0), ("warmup", 1), ("warmup", 2)]
+    chart = run.table("report/test_acc_by_rung_table")
+    series = {(r[0], r[3]): r[4] for r in chart["data"]}
+    assert series[("warmup", "this project")] == pytest.approx(mean)
+    assert series[("warmup", "this project, 95% CI high")] == pytest.approx(mean + half)
+    assert series[("epochs200", "reference (article)")] == REFERENCE["epochs200"]["test_acc"]
+    assert ("patch4", "this project, 95% CI low") not in series  # one seed: no interval
+    layers = run.table("report/layers")
+    assert {(r[0], r[3]) for r in layers["data"]} == {(rung, l) for rung in ("patch4", "warmup") for l in range(7)}
 
 
 def test_corrupt_done_json_is_one_clean_error(tmp_path: Path, capsys) -> None:

@@ -42,8 +42,9 @@ def weights(run_dir: Path) -> dict:
 
 
 def epochs_in(metrics_csv: Path) -> list[int]:
+    """The epochs (epochs trained) validated in metrics.csv, in the order logged."""
     with metrics_csv.open() as file:
-        return [int(row["epoch"]) for row in csv.DictReader(file) if row.get("val/acc")]
+        return [int(float(row["epoch"])) for row in csv.DictReader(file) if row.get("val/acc")]
 
 
 def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tiny_cfg, monkeypatch, tmp_path):
@@ -71,7 +72,7 @@ def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tin
     reference = weights(runs["a"])
     for key, value in weights(runs["c"]).items():
         assert torch.allclose(value, reference[key], atol=1e-5), key
-    assert epochs_in(RunPaths(runs["c"]).metrics_csv) == [0, 1, 2], "each epoch logged once"
+    assert epochs_in(RunPaths(runs["c"]).metrics_csv) == [1, 2, 3], "each epoch logged once"
     assert (runs["c"] / "wandb_run_id.txt").read_text() == run_id, "the resumed rung continues its W&B run"
 
 
@@ -133,7 +134,7 @@ def test_a_ladder_killed_at_any_moment_finishes_when_run_again(repo_root, tmp_pa
         paths = RunPaths(ladder / rung)
         summary = json.loads(paths.done.read_text())
         assert summary["epochs"] == (4 if rung == "epochs200" else 2), rung
-        assert epochs_in(paths.metrics_csv) == list(range(summary["epochs"])), rung
+        assert epochs_in(paths.metrics_csv) == list(range(1, summary["epochs"] + 1)), rung
         assert len(list((paths.root / "analysis").glob("*.png"))) >= 3 and paths.model.is_file()
     for rung, stamp in finished_before.items():
         assert (ladder / rung / "done.json").stat().st_mtime_ns == stamp, f"finished {rung} was touched"

@@ -39,14 +39,15 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     rows = list(csv.DictReader(paths.metrics_csv.open()))
     per_epoch = {}
     for row in rows:
-        if row.get("test/acc"):
-            continue  # the test row, written once at the end
+        if row.get("test/acc") or not row.get("epoch"):
+            continue  # the test row, written once at the end, and the per-step learning-rate rows
         for key, value in row.items():
             if value:
-                per_epoch.setdefault(row["epoch"], {})[key] = float(value)
-    assert sorted(per_epoch) == ["0", "1"]
-    for epoch in per_epoch.values():
-        assert {"train/loss", "train/acc", "val/loss", "val/acc", "lr"} <= set(epoch)
+                per_epoch.setdefault(float(row["epoch"]), {})[key] = float(value)
+    assert sorted(per_epoch) == [0, 1, 2]  # epochs trained; 0: the tracking point at initialisation
+    for epoch in (1, 2):
+        assert {"train/loss", "train/acc", "val/loss", "val/acc"} <= set(per_epoch[epoch])
+    assert any(row.get("lr") and row.get("step") for row in rows)
     assert float([row for row in rows if row.get("test/acc")][0]["test/acc"]) == pytest.approx(summary["test_acc"])
 
     saved = torch.load(paths.model, map_location="cpu")
@@ -57,13 +58,13 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     analysis = paths.root / "analysis"
     with (analysis / "heads.csv").open() as heads:
         rows = list(csv.DictReader(heads))
-    assert len(rows) == 42 and list(rows[0])[:5] == ["layer", "head", "mean_distance_px", "entropy_nats", "cls_share"]
+    assert len(rows) == 42 and list(rows[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert len(list(analysis.glob("*.png"))) >= 3
     assert summary["uniform_distance_px"] == pytest.approx(16.546, abs=1e-3)
 
     wandb_summary = read_wandb_summary(paths.root)
     text = json.dumps(wandb_summary)
-    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr", "analysis/layer1/mean_distance_px",
+    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr", "analysis/layer1/distance_px",
                 "analysis/layer6/entropy_nats", "analysis/layer0/cls_share"):
         assert key in text, key
     assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key

@@ -2,11 +2,13 @@
 
 - During training (every ``track_every_n_epochs`` epochs, and once at initialisation): per-layer
   distance and entropy over the first ``track_images`` validation images, logged as
-  ``track/layer{l}/distance_px`` and ``track/layer{l}/entropy_nats`` and kept as a history
-  that travels in the checkpoint, so a resumed run keeps it.
+  ``track/layer{l}/distance_px`` and ``track/layer{l}/entropy_nats`` against ``epoch`` (epochs
+  trained, 0 = initialisation) and kept as a history that travels in the checkpoint, so a resumed
+  run keeps it.
 - After fitting: the full analysis of the final model over the first ``num_images`` test
   images, written to ``out_dir`` (CSVs + PNGs, see ``outputs.write_analysis``) and logged to
-  W&B when a ``WandbLogger`` is among the trainer's loggers.
+  W&B (run summary, tables, charts: ``wandb_log.log_analysis``) when a ``WandbLogger`` is among the
+  trainer's loggers.
 All of it runs on global rank zero only, in eval mode, and leaves the model's mode as it was.
 """
 
@@ -22,10 +24,12 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
-from vitladder.analysis.outputs import head_rows, layer_rows, write_analysis
+from vitladder.analysis.outputs import tracking_row, write_analysis
 from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.analysis.wandb_log import log_analysis
+from vitladder.training.axes import EPOCH
 
-__all__ = ["AttentionAnalysis", "log_summary_to_wandb"]
+__all__ = ["AttentionAnalysis", "track_key"]
 
 
 def _network(pl_module: L.LightningModule) -> nn.Module:
@@ -33,29 +37,9 @@ def _network(pl_module: L.LightningModule) -> nn.Module:
     return getattr(pl_module, "model", pl_module)
 
 
-def log_summary_to_wandb(logger: WandbLogger, summary: AttentionSummary, files: Mapping[str, Path]) -> None:
-    """Per-layer scalars (also in the run summary), the per-head table, line charts and the PNGs."""
-    import wandb
-
-    scalars = {}
-    for row in layer_rows(summary):
-        for key in ("mean_distance_px", "entropy_nats", "cls_share"):
-            scalars[f"analysis/layer{row['layer']}/{key}"] = row[key]
-    scalars["analysis/uniform_distance_px"] = summary.uniform_distance_px
-    scalars["analysis/uniform_entropy_nats"] = summary.uniform_entropy_nats
-    heads = head_rows(summary)
-    head_table = wandb.Table(columns=list(heads[0]), data=[list(r.values()) for r in heads])
-    layers = layer_rows(summary)
-    layer_table = wandb.Table(columns=list(layers[0]), data=[list(r.values()) for r in layers])
-    charts = {
-        f"analysis/{key}_by_layer": wandb.plot.line(layer_table, "layer", key, title=f"{title} by layer")
-        for key, title in (("mean_distance_px", "mean attention distance (px)"), ("entropy_nats", "entropy (nats)"),
-                           ("cls_share", "CLS share"))
-    }
-    images = {f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in files.items()
-              if Path(path).suffix == ".png"}
-    logger.experiment.log({**scalars, "analysis/heads": head_table, "analysis/layers": layer_table, **charts, **images})
-    logger.experiment.summary.update(scalars)
+def track_key(layer: int, quantity: str) -> str:
+    """The logged name of a tracked quantity (distance_px or entropy_nats) of one layer."""
+    return f"track/layer{layer}/{quantity}"
 
 
 class AttentionAnalysis(L.Callback):
@@ -70,6 +54,7 @@ class AttentionAnalysis(L.Callback):
         track_every_n_epochs: int = 5,
         track_images: int = 64,
         enabled: bool = True,
+        seed: int = 0,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.rung = rung
@@ -80,47 +65,56 @@ class AttentionAnalysis(L.Callback):
         self.track_every_n_epochs = int(track_every_n_epochs)
         self.track_images = int(track_images)
         self.enabled = bool(enabled)
-        self.history: list[dict] = []  # rows: epoch (epochs trained), layer, distance, entropy
+        self.seed = int(seed)  # names the run in the W&B tables
+        self.history: list[dict] = []  # rows: epoch (epochs trained), layer, distance_px, entropy_nats
         self.summary: AttentionSummary | None = None  # the final analysis, after fit
         self.files: dict[str, Path] = {}
         self.seconds: float | None = None  # how long the final analysis took
 
     @classmethod
-    def from_config(cls, analysis_cfg: Mapping[str, Any], out_dir: Path, rung: str, patch_px: int) -> "AttentionAnalysis":
+    def from_config(cls, analysis_cfg: Mapping[str, Any], out_dir: Path, rung: str, patch_px: int,
+                    seed: int = 0) -> "AttentionAnalysis":
         """From the ``analysis:`` block of the Hydra config."""
         keys = ("num_images", "batch_size", "example_image", "track_every_n_epochs", "track_images", "enabled")
-        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, **{k: analysis_cfg[k] for k in keys if k in analysis_cfg})
+        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed,
+                   **{k: analysis_cfg[k] for k in keys if k in analysis_cfg})
 
     # --- checkpointed state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"history": [dict(r) for r in self.history]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = [dict(r) for r in state_dict.get("history", [])]
+        self.history = [tracking_row(r) for r in state_dict.get("history", [])]  # older checkpoints: older keys
 
     # --- tracking during training ---------------------------------------------------------
     def _tracking(self) -> bool:
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
-    def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int, log: bool) -> None:
+    def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
+        """Measures the tracking batch, keeps the rows in the history; returns {track key: value}."""
         images = trainer.datamodule.val.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
         layers = analyse(_network(pl_module), images, self.batch_size, self.patch_px, example_index=None).layers
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its rows
+        metrics = {}
         for l, (distance, entropy) in enumerate(zip(layers.distance_px.tolist(), layers.entropy_nats.tolist())):
-            self.history.append({"epoch": epochs_trained, "layer": l, "distance": distance, "entropy": entropy})
-            if log:
-                pl_module.log(f"track/layer{l}/distance_px", distance, rank_zero_only=True)
-                pl_module.log(f"track/layer{l}/entropy_nats", entropy, rank_zero_only=True)
+            self.history.append({"epoch": epochs_trained, "layer": l, "distance_px": distance, "entropy_nats": entropy})
+            metrics[track_key(l, "distance_px")] = distance
+            metrics[track_key(l, "entropy_nats")] = entropy
+        return metrics
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The starting point of the history (kept, not logged: epoch metrics belong to epoch ends).
+        # The starting point of the history, epoch 0. Lightning's self.log is not allowed in this hook,
+        # so it goes to the loggers directly (a resumed run has it already, in its history and its logs).
         if self._tracking() and trainer.is_global_zero and trainer.current_epoch == 0 and not self.history:
-            self._track(trainer, pl_module, epochs_trained=0, log=False)
+            metrics = self._track(trainer, pl_module, epochs_trained=0)
+            for logger in trainer.loggers:
+                logger.log_metrics({EPOCH: 0, **metrics}, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         epochs_trained = trainer.current_epoch + 1
         if self._tracking() and trainer.is_global_zero and epochs_trained % self.track_every_n_epochs == 0:
-            self._track(trainer, pl_module, epochs_trained, log=True)
+            for key, value in self._track(trainer, pl_module, epochs_trained).items():
+                pl_module.log(key, value, rank_zero_only=True)
 
     # --- the final analysis ---------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -135,6 +129,6 @@ class AttentionAnalysis(L.Callback):
         self.files = write_analysis(self.summary, self.out_dir, self.rung, classes, self.history)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                log_summary_to_wandb(logger, self.summary, self.files)
+                log_analysis(logger.experiment, self.summary, self.files, self.rung, self.seed)
         self.seconds = time.perf_counter() - started
         rank_zero_info(f"attention analysis of {n} test images written to {self.out_dir} in {self.seconds:.1f} s")

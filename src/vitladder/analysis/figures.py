@@ -144,13 +144,13 @@ def _layer_colors(num_layers: int) -> list:
 @_plain_text
 def plot_tracking(history: Sequence[Mapping[str, float]], uniform_distance: float, uniform_entropy: float,
                   title: str, path: str | Path) -> Path:
-    """Per-layer distance and entropy over training; ``history`` rows have epoch, layer, distance, entropy."""
+    """Per-layer distance and entropy over training; ``history`` rows have epoch, layer, distance_px, entropy_nats."""
     layers = sorted({int(r["layer"]) for r in history})
     colors = _layer_colors(len(layers))
     fig = Figure(figsize=(10, 4))
     axes = fig.subplots(1, 2)
-    for ax, key, uniform, ylabel in ((axes[0], "distance", uniform_distance, "mean attention distance (px)"),
-                                     (axes[1], "entropy", uniform_entropy, "entropy (nats)")):
+    for ax, key, uniform, ylabel in ((axes[0], "distance_px", uniform_distance, "mean attention distance (px)"),
+                                     (axes[1], "entropy_nats", uniform_entropy, "entropy (nats)")):
         for color, layer in zip(colors, layers):
             rows = sorted((r for r in history if int(r["layer"]) == layer), key=lambda r: r["epoch"])
             ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], "o-", ms=3, color=color, label=f"layer {layer}")

@@ -23,16 +23,23 @@ __all__ = [
     "analysis_summary_for_done",
     "head_rows",
     "layer_rows",
+    "read_analysis_csv",
     "read_csv",
+    "tracking_row",
     "write_analysis",
     "write_csv",
 ]
 
 HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
-HEADS_COLUMNS = ("layer", "head", "mean_distance_px", "entropy_nats", "cls_share", "mean_distance_drop_px")
-LAYERS_COLUMNS = ("layer", "mean_distance_px", "entropy_nats", "cls_share", "uniform_distance_px",
-                  "uniform_entropy_nats", "mean_distance_drop_px")
-TRACKING_COLUMNS = ("epoch", "layer", "distance", "entropy")  # epoch: epochs trained, 0 = initialisation
+# One name per quantity, the same in every CSV, W&B key and table: distance_px, entropy_nats, cls_share,
+# distance_drop_px (the names of AttentionSummary's METRICS).
+HEADS_COLUMNS = ("layer", "head", "distance_px", "entropy_nats", "cls_share", "distance_drop_px")
+LAYERS_COLUMNS = ("layer", "distance_px", "entropy_nats", "cls_share", "uniform_distance_px",
+                  "uniform_entropy_nats", "distance_drop_px")
+TRACKING_COLUMNS = ("epoch", "layer", "distance_px", "entropy_nats")  # epoch: epochs trained, 0 = initialisation
+# Column names of analysis folders written before the names were unified, read under today's names.
+LEGACY_COLUMNS = {"mean_distance_px": "distance_px", "mean_distance_drop_px": "distance_drop_px",
+                  "distance": "distance_px", "entropy": "entropy_nats"}
 CLASS_NAME_CHARS = 40  # a longer class name is cut short in figure titles
 
 
@@ -44,9 +51,9 @@ def head_rows(summary: AttentionSummary) -> list[dict]:
     """One row per head, layer-major: ``L * H`` rows in HEADS_COLUMNS."""
     heads = summary.heads
     return [
-        {"layer": l, "head": h, "mean_distance_px": _num(heads.distance_px[l, h]),
+        {"layer": l, "head": h, "distance_px": _num(heads.distance_px[l, h]),
          "entropy_nats": _num(heads.entropy_nats[l, h]), "cls_share": _num(heads.cls_share[l, h]),
-         "mean_distance_drop_px": _num(heads.distance_drop_px[l, h])}
+         "distance_drop_px": _num(heads.distance_drop_px[l, h])}
         for l in range(summary.num_layers)
         for h in range(summary.num_heads)
     ]
@@ -56,10 +63,10 @@ def layer_rows(summary: AttentionSummary) -> list[dict]:
     """One row per layer (mean of its heads) in LAYERS_COLUMNS."""
     layers = summary.layers
     return [
-        {"layer": l, "mean_distance_px": _num(layers.distance_px[l]), "entropy_nats": _num(layers.entropy_nats[l]),
+        {"layer": l, "distance_px": _num(layers.distance_px[l]), "entropy_nats": _num(layers.entropy_nats[l]),
          "cls_share": _num(layers.cls_share[l]), "uniform_distance_px": _num(summary.uniform_distance_px),
          "uniform_entropy_nats": _num(summary.uniform_entropy_nats),
-         "mean_distance_drop_px": _num(layers.distance_drop_px[l])}
+         "distance_drop_px": _num(layers.distance_drop_px[l])}
         for l in range(summary.num_layers)
     ]
 
@@ -78,13 +85,22 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def read_analysis_csv(path: str | Path) -> list[dict[str, str]]:
+    """Rows of heads.csv, layers.csv or tracking.csv, older column names read under today's."""
+    return [{LEGACY_COLUMNS.get(k, k): v for k, v in row.items()} for row in read_csv(path)]
+
+
+def tracking_row(row: Mapping) -> dict:
+    """A tracking history row (epoch, layer, distance_px, entropy_nats), older key names accepted."""
+    row = {LEGACY_COLUMNS.get(k, k): v for k, v in row.items()}
+    return {"epoch": int(row["epoch"]), "layer": int(row["layer"]), "distance_px": float(row["distance_px"]),
+            "entropy_nats": float(row["entropy_nats"])}
+
+
 def read_tracking(out_dir: str | Path) -> list[dict]:
     """The tracking history of an analysis folder, or [] when it has none."""
     path = Path(out_dir) / TRACKING_CSV
-    if not path.exists():
-        return []
-    return [{"epoch": int(r["epoch"]), "layer": int(r["layer"]), "distance": float(r["distance"]),
-             "entropy": float(r["entropy"])} for r in read_csv(path)]
+    return [tracking_row(r) for r in read_csv(path)] if path.exists() else []
 
 
 def analysis_summary_for_done(summary: AttentionSummary) -> dict:
@@ -109,7 +125,7 @@ def write_analysis(
 ) -> dict[str, Path]:
     """Write the CSVs and figures of one run into ``out_dir``; returns {name: path}.
 
-    ``history`` (tracking rows: epoch, layer, distance, entropy) adds tracking.csv and locality.png.
+    ``history`` (tracking rows: epoch, layer, distance_px, entropy_nats) adds tracking.csv and locality.png.
     """
     out = Path(out_dir)
     where = f"{summary.num_images} test images"
@@ -134,9 +150,9 @@ def write_analysis(
                 f"predicted {name(example.predicted)})"
         written["cls_attention"] = figures.plot_cls_attention(example, summary.grid, title, out / "cls_attention.png")
     if history:
-        rounded = [{"epoch": int(r["epoch"]), "layer": int(r["layer"]), "distance": _num(r["distance"]),
-                    "entropy": _num(r["entropy"])} for r in history]
+        rows = [tracking_row(r) for r in history]
+        rounded = [{**r, "distance_px": _num(r["distance_px"]), "entropy_nats": _num(r["entropy_nats"])} for r in rows]
         written["tracking"] = write_csv(out / TRACKING_CSV, TRACKING_COLUMNS, rounded)
-        written["locality"] = figures.plot_tracking(history, summary.uniform_distance_px, summary.uniform_entropy_nats,
+        written["locality"] = figures.plot_tracking(rows, summary.uniform_distance_px, summary.uniform_entropy_nats,
                                                     f"{rung}: locality forming during training", out / "locality.png")
     return written

@@ -4,7 +4,8 @@
 hold a ``done.json`` (and, once analysed, ``analysis/layers.csv``) and writes into ``ladder_dir``:
 ``report.md``, ``ladder.csv``, ``distance_by_layer.png``, ``entropy_by_layer.png`` and
 ``explainer.png``. With several seeds per rung the numbers are means with a 95% Student-t
-interval. ``log_report_to_wandb`` puts the same table and charts in a ``job_type="report"`` run.
+interval. ``report.wandb_run.log_report_to_wandb`` puts the same tables and charts in the ladder's
+one W&B report run.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitladder.analysis.figures import plot_explainer, plot_layer_lines
-from vitladder.analysis.outputs import read_csv, write_csv
+from vitladder.analysis.outputs import read_analysis_csv, write_csv
 from vitladder.atomic import write_text
 from vitladder.config import RUNGS
 from vitladder.errors import UserError
 
-__all__ = ["REFERENCE", "LADDER_COLUMNS", "RungResult", "build_report", "collect", "log_report_to_wandb",
-           "mean_ci", "t_quantile_975"]
+__all__ = ["REFERENCE", "LADDER_COLUMNS", "RungResult", "build_report", "collect", "mean_ci", "t_quantile_975"]
 
 # DESIGN.md section 3 (the article's one-seed GPU run); uniform distances from section 4.
 REFERENCE: dict[str, dict] = {
@@ -47,7 +47,7 @@ FIGURES = ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png")
 _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
          2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
          2.0518, 2.0484, 2.0452, 2.0423)
-_LAYERS_KEY = {"layer1_distance_px": "mean_distance_px", "layer1_entropy_nats": "entropy_nats",
+_LAYERS_KEY = {"layer1_distance_px": "distance_px", "layer1_entropy_nats": "entropy_nats",
                "uniform_distance_px": "uniform_distance_px"}  # ladder.csv column -> layers.csv column
 _RUN_DIR = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
@@ -114,7 +114,8 @@ def _read_run(path: Path) -> RunRecord | None:
     layers_csv = path / "analysis" / "layers.csv"
     try:
         done = json.loads((path / "done.json").read_text())
-        layers = [{k: float(v) for k, v in r.items()} for r in read_csv(layers_csv)] if layers_csv.is_file() else []
+        layers = ([{k: float(v) for k, v in r.items()} for r in read_analysis_csv(layers_csv)]
+                  if layers_csv.is_file() else [])
     except (ValueError, TypeError) as error:
         raise UserError(f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
                         "delete the file and rerun the rung or scripts/analyze.py") from None
@@ -219,10 +220,10 @@ def build_report(ladder_dir: str | Path) -> Path:
     several = any(len(r.runs) > 1 for r in results)
     columns = LADDER_COLUMNS + (CI_COLUMNS if several else ())
     write_csv(ladder_dir / "ladder.csv", columns, _csv_rows(results, several))
-    for key, name, ylabel in (("mean_distance_px", "distance_by_layer.png", "mean attention distance (px)"),
+    for key, name, ylabel in (("distance_px", "distance_by_layer.png", "mean attention distance (px)"),
                               ("entropy_nats", "entropy_by_layer.png", "entropy (nats)")):
         series = {r.rung: r.by_layer(key) for r in results if r.by_layer(key)}
-        uniform_key = "uniform_distance_px" if key == "mean_distance_px" else "uniform_entropy_nats"
+        uniform_key = "uniform_distance_px" if key == "distance_px" else "uniform_entropy_nats"
         refs = {}
         for r in results:
             if r.by_layer(uniform_key):
@@ -234,42 +235,3 @@ def build_report(ladder_dir: str | Path) -> Path:
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))
     return report
-
-
-def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, group: str | None = None,
-                        mode: str = "auto", entity: str | None = None) -> str | None:
-    """Log ladder.csv, the per-layer lines and the PNGs as a ``job_type="report"`` run; returns its id.
-
-    ``project``/``group`` default to the runs' config (wandb.project, ladder). Build the report first.
-    """
-    import wandb
-
-    from vitladder.training.wandb_run import resolve_mode
-
-    ladder_dir = Path(ladder_dir)
-    mode = resolve_mode(mode)
-    if mode == "disabled":
-        return None
-    results = collect(ladder_dir)
-    config = next((run.config for r in results for run in r.runs if run.config), {})
-    project = project or config.get("wandb", {}).get("project") or "vit-ladder"
-    group = group or (config.get("ladder") if isinstance(config.get("ladder"), str) else None) or ladder_dir.name
-    rows = read_csv(ladder_dir / "ladder.csv")
-    run = wandb.init(project=project, entity=entity, group=group, job_type="report", name=f"{group}/report",
-                     dir=str(ladder_dir), mode=mode, config={"ladder": group, "rungs": [r["rung"] for r in rows]})
-    try:
-        table = wandb.Table(columns=list(rows[0]) if rows else list(LADDER_COLUMNS),
-                            data=[list(r.values()) for r in rows])
-        payload = {"report/ladder": table,
-                   **{f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in FIGURES}}
-        for key, title in (("mean_distance_px", "distance"), ("entropy_nats", "entropy")):
-            series = [(r.rung, r.by_layer(key)) for r in results if r.by_layer(key)]
-            if series:
-                payload[f"report/{title}_by_layer_chart"] = wandb.plot.line_series(
-                    xs=list(range(len(series[0][1]))), ys=[s[1] for s in series], keys=[s[0] for s in series],
-                    title=f"{title} per layer", xname="layer")
-        run.log(payload)
-        run.summary.update({f"report/{r['rung']}/{k}": float(r[k]) for r in rows for k in LADDER_COLUMNS[1:] if r[k]})
-        return run.id
-    finally:
-        run.finish()

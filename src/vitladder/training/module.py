@@ -96,7 +96,6 @@ class LadderModule(L.LightningModule):
             )
         self.log("train/loss", loss, sync_dist=True)
         self.log("train/acc", self.train_acc.compute(), sync_dist=True)
-        self.log("lr", self.optimizers().param_groups[0]["lr"])
         self.train_loss.reset()
         self.train_acc.reset()
 

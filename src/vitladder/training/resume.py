@@ -25,19 +25,42 @@ def checkpoint_epoch(ckpt: Path) -> int:
         raise CheckpointError(f"{ckpt}: not a Lightning checkpoint (no epoch); {RETRAIN}") from None
 
 
+def _number(row: dict, key: str) -> float | None:
+    try:
+        return float(row.get(key) or "")
+    except ValueError:
+        return None
+
+
 def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
-    """Drops rows of epochs the checkpoint does not hold, so a resumed run logs each epoch once."""
+    """Keeps what the checkpoint holds, so a resumed run logs each epoch once: the rows of epochs
+    0..from_epoch (``epoch`` = epochs trained, 0 = initialisation) without the test, and the learning
+    rates of the optimizer steps before them (rows with a ``step`` and no ``epoch``)."""
     if not metrics_csv.exists():
         return
     with metrics_csv.open(newline="") as file:
         reader = csv.DictReader(file)
         fields = reader.fieldnames or []
         # A run killed while Lightning appended a row leaves a partial line: keep whole rows only.
-        rows = [row for row in reader if (row.get("epoch") or "").isdigit() and int(row["epoch"]) < from_epoch]
+        rows = [row for row in reader if None not in row and None not in row.values()]
+    tests = [key for key in fields if key.startswith("test/")]
+
+    def held(row: dict) -> bool:
+        epoch = _number(row, "epoch")
+        return epoch is not None and epoch <= from_epoch and not any(row[key] for key in tests)
+
+    # Lightning logs an epoch's metrics at the step of its last batch, the step of that batch's learning rate.
+    last_step = max((step for row in rows if held(row) and (step := _number(row, "step")) is not None), default=-1)
+
+    def step_held(row: dict) -> bool:
+        step = _number(row, "step")
+        return _number(row, "epoch") is None and step is not None and step <= last_step
+
+    kept = [row for row in rows if held(row) or step_held(row)]
     with atomic_path(metrics_csv) as tmp, tmp.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(kept)
 
 
 def last_logged(metrics_csv: Path, key: str) -> float:

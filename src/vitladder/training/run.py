@@ -19,11 +19,13 @@ from vitladder.atomic import save_torch, write_json, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
+from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
 from vitladder.training.module import LadderModule
 from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
-from vitladder.training.wandb_run import check_wandb_mode, finished_if_failed, make_logger
+from vitladder.training.wandb_artifacts import log_rung_artifacts
+from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
 MODEL_FILE = "model.pt"  # the final model, loadable without Lightning
@@ -117,7 +119,8 @@ def resume_checkpoint(paths: RunPaths) -> str | None:
 
 
 def make_csv_logger(paths: RunPaths) -> CSVLogger:
-    """metrics.csv, one row per epoch; a resumed run keeps the rows of the epochs its checkpoint holds."""
+    """metrics.csv: rows per epoch (``epoch`` = epochs trained) and ``lr`` rows per logged optimizer step;
+    a resumed run keeps the rows its checkpoint holds."""
     kept = paths.metrics_csv.read_text() if paths.metrics_csv.exists() else None
     logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
     writer = logger.experiment  # Lightning deletes an existing metrics.csv here...
@@ -183,10 +186,11 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
         monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced every epoch
     )
     analysis = AttentionAnalysis.from_config(
-        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size)
+        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size), seed=int(cfg.seed)
     )
+    callbacks = [checkpoint, analysis, *axis_callbacks(), WandbAxes()]
     with finished_if_failed():
-        trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], [checkpoint, analysis])
+        trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], callbacks)
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
@@ -211,6 +215,7 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
         if trainer.is_global_zero:
             save_model(module, paths, datamodule.classes, cfg)
             wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+            log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
             wandb_logger.experiment.finish()
             write_json(paths.done, summary)
     return summary

@@ -1,32 +1,60 @@
-"""Weights & Biases: online when the user is logged in, offline otherwise, never a prompt."""
+"""Weights & Biases: online when the user is logged in, offline otherwise, never a prompt.
+
+One W&B run per rung folder (its id in ``wandb_run_id.txt``, so a resumed rung, or a re-analysis,
+continues it), epoch-level metrics against ``epoch`` and the learning rate against the optimizer
+step (``define_metrics``). Offline runs stay in ``<run>/wandb/offline-run-*``: a resumed run adds a
+folder with the same id, and ``wandb sync`` uploads the parts of one run in order (``SYNC_GLOBS``).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import netrc
 import os
+import secrets
+import string
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.errors import UserError
+from vitladder.training.axes import EPOCH, LR
 
 RUN_ID_FILE = "wandb_run_id.txt"
 MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
+GLOBAL_STEP = "trainer/global_step"  # Lightning's WandbLogger logs the optimizer step under this name
+EPOCH_METRICS = ("train/*", "val/*", "test/*", "track/*", "analysis/*")
+# Every offline W&B run of a ladder, relative to its folder: the rungs' (resumed parts included) and
+# the report run's. `wandb sync` uploads the parts of one run in the order they started.
+SYNC_GLOBS = ("*/wandb/offline-run-*", "wandb/offline-run-*")
 
 
 def api_key() -> str | None:
+    """The API key in WANDB_API_KEY or in the netrc file `wandb login` writes, for the W&B host.
+
+    Read with the standard library: W&B's own netrc reader is private. Without WANDB_BASE_URL the
+    key may be stored under W&B's default host (``wandb.Settings().base_url``) as well as ours."""
     if os.environ.get("WANDB_API_KEY"):
         return os.environ["WANDB_API_KEY"]
-    try:
-        from wandb.sdk.lib.wbauth import read_netrc_auth
+    import wandb
 
-        return read_netrc_auth(host=base_url())
-    except Exception:  # an unreadable netrc is the same as not logged in
+    hosts = {urlsplit(base_url()).netloc}
+    if not os.environ.get("WANDB_BASE_URL"):
+        hosts.add(urlsplit(wandb.Settings().base_url).netloc)
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
+    try:
+        entries = netrc.netrc(str(path))
+    except (OSError, netrc.NetrcParseError):  # no file, or an unreadable one: not logged in
         return None
+    keys = [auth[2] for host in sorted(hosts) if host and (auth := entries.authenticators(host)) and auth[2]]
+    return keys[0] if keys else None
 
 
 def logged_in() -> bool:
@@ -89,36 +117,98 @@ def resolve_mode(requested: str) -> str:
     return mode
 
 
+def new_run_id(length: int = 8) -> str:
+    """A random W&B run id (base 36, as W&B makes them)."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(length))
+
+
+def stored_run_id(run_dir: Path) -> str | None:
+    """The id of the rung folder's W&B run, or None when it never had one."""
+    path = Path(run_dir) / RUN_ID_FILE
+    return path.read_text().strip() if path.exists() else None
+
+
 def run_id(run_dir: Path) -> str:
     """One W&B run per rung folder: a resumed rung continues the same run."""
-    from wandb.sdk.lib.runid import generate_id
-
-    path = run_dir / RUN_ID_FILE
-    if path.exists():
-        return path.read_text().strip()
+    existing = stored_run_id(run_dir)
+    if existing:
+        return existing
     from vitladder.atomic import write_text
 
-    new_id = generate_id()
-    write_text(path, new_id + "\n")
+    new_id = new_run_id()
+    write_text(Path(run_dir) / RUN_ID_FILE, new_id + "\n")
     return new_id
+
+
+def report_run_id(project: str, ladder: str) -> str:
+    """The ladder report run's id: derived from project and ladder, so rebuilding the report updates
+    one run instead of adding one per build."""
+    return "report-" + hashlib.sha256(f"{project}/{ladder}".encode()).hexdigest()[:16]
+
+
+def rung_run(cfg: DictConfig, run_dir: Path) -> dict:
+    """What names a rung's W&B run; the same when training and when a re-analysis resumes it."""
+    return dict(
+        project=cfg.wandb.project,
+        entity=cfg.wandb.entity,
+        group=cfg.ladder,
+        name=f"{cfg.ladder}/{Path(run_dir).name}",
+        job_type=cfg.rung,
+        tags=[cfg.rung, f"profile:{cfg.profile.name}", f"data:{cfg.data.source}", f"seed:{cfg.seed}"],
+    )
 
 
 def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
     mode = resolve_mode(cfg.wandb.mode)
-    name = run_dir.name
     return WandbLogger(
-        project=cfg.wandb.project,
-        entity=cfg.wandb.entity,
-        group=cfg.ladder,
-        name=f"{cfg.ladder}/{name}",
-        job_type=cfg.rung,
-        tags=[cfg.rung, f"profile:{cfg.profile.name}", f"data:{cfg.data.source}", f"seed:{cfg.seed}"],
+        **rung_run(cfg, run_dir),
         config=OmegaConf.to_container(cfg, resolve=True),
         save_dir=str(run_dir),
         id=run_id(run_dir),
         resume="allow",
         mode=mode,
     )
+
+
+def define_metrics(run) -> None:
+    """Epoch-level metrics against ``epoch`` (epochs trained), ``lr`` against the optimizer step.
+
+    Lightning's WandbLogger defines ``*`` against ``trainer/global_step``; redefining ``*`` replaces
+    that default (W&B picks among matching globs in no fixed order, so no other glob may disagree)."""
+    run.define_metric(EPOCH)
+    run.define_metric(GLOBAL_STEP)
+    for pattern in ("*", *EPOCH_METRICS):
+        run.define_metric(pattern, step_metric=EPOCH, step_sync=True)
+    run.define_metric(LR, step_metric=GLOBAL_STEP)
+
+
+class WandbAxes(L.Callback):
+    """Applies ``define_metrics`` to the trainer's W&B run before anything is logged."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, WandbLogger):
+                    define_metrics(logger.experiment)
+
+
+def resume_rung_run(cfg: DictConfig, run_dir: Path, mode: str):
+    """The rung's own W&B run, continued (offline: a new part with the same id), or None when the rung
+    never had one or W&B is disabled. For updates after training, e.g. a re-analysis."""
+    import wandb
+
+    existing = stored_run_id(run_dir)
+    mode = resolve_mode(mode)
+    if existing is None or mode == "disabled":
+        return None
+    run = wandb.init(**rung_run(cfg, run_dir), id=existing, resume="allow", dir=str(run_dir), mode=mode)
+    define_metrics(run)
+    return run
+
+
+def offline_runs(ladder_dir: Path) -> list[Path]:
+    """Every offline run folder of a ladder: what `wandb sync` with SYNC_GLOBS uploads."""
+    return sorted(path for pattern in SYNC_GLOBS for path in Path(ladder_dir).glob(pattern) if path.is_dir())
 
 
 @contextmanager

@@ -1,0 +1,154 @@
+"""The ladder's one W&B report run: the ladder table beside the article's figures, and the charts.
+
+Its id is derived from project and ladder (``report_run_id``), so rebuilding the report continues
+the same run instead of adding one. It uses every reported rung's model and analysis artifacts
+(online: W&B records inputs only there), logs the tables of ``report_tables`` with custom charts
+over them, the report's PNGs, and its files as a ``report`` artifact. Every table says which rung
+(``rung``, ``rung_index`` = position in the ladder) and which seeds its rows come from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vitladder.config import RUNGS, rung_index
+from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, REFERENCE, RungResult, collect, mean_ci
+
+__all__ = ["CHARTS", "log_report_to_wandb", "report_tables"]
+
+PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
+# Custom charts: key -> (table, x, y, stroke, title). wandb.plot.line stores each table as "<key>_table".
+CHARTS = {
+    "report/test_acc_by_rung": ("test_acc_by_rung", "rung_index", "test_acc", "series",
+                                "test accuracy by rung (rung_index 0 = patch8 ... 7 = epochs200)"),
+    "report/layer1_distance_by_rung": ("layer1_distance_by_rung", "rung_index", "layer1_distance_px", "series",
+                                       "layer-1 mean attention distance (px) by rung"),
+    "report/distance_px_by_layer": ("layers", "layer", "distance_px", "rung", "mean attention distance (px) by layer"),
+    "report/entropy_nats_by_layer": ("layers", "layer", "entropy_nats", "rung", "entropy (nats) by layer"),
+}
+
+
+def _seeds(result: RungResult) -> str:
+    return ",".join(str(run.seed) for run in result.runs)
+
+
+def _mean(values: list[float]) -> tuple[float | None, float | None]:
+    return mean_ci(values) if values else (None, None)
+
+
+def _series_rows(result: RungResult | None, rung: str, key: str, reference: float) -> list[list]:
+    """Long-format rows [rung, rung_index, seeds, series, value] for a by-rung chart."""
+    ident = [rung, rung_index(rung), _seeds(result) if result else ""]
+    rows = [[*ident, REFERENCE_SERIES, reference]]
+    if result is None:
+        return rows
+    mean, half = _mean(result.values(key))
+    if mean is not None:
+        rows.append([*ident, PROJECT, mean])
+    if half is not None:  # several seeds: the 95% interval as two more lines
+        rows += [[*ident, f"{PROJECT}, 95% CI low", mean - half], [*ident, f"{PROJECT}, 95% CI high", mean + half]]
+    return rows
+
+
+def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[list]]]:
+    """{table name: (columns, rows)}: ladder (per rung, every rung of the ladder, with the reference),
+    runs (per run), layers (per rung and layer, mean over seeds) and the long tables of the by-rung charts."""
+    by_rung = {r.rung: r for r in results}
+    stats = ("test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
+    ladder_columns = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
+    for key in stats:
+        ladder_columns += [key, f"{key}_ci95"] + ([f"ref_{key}"] if key in REFERENCE["patch8"] else [])
+    ladder = []
+    for rung in RUNGS:
+        result = by_rung.get(rung)
+        row = [rung, rung_index(rung), _seeds(result) if result else "", len(result.runs) if result else 0,
+               REFERENCE[rung]["adds"]]
+        for key in stats:
+            row += list(_mean(result.values(key))) if result else [None, None]
+            row += [REFERENCE[rung][key]] if key in REFERENCE[rung] else []
+        ladder.append(row)
+
+    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *LADDER_COLUMNS[2:]]
+    runs = [[r.rung, rung_index(r.rung), run.seed, run.done.get("test_acc"), run.done.get("val_acc"),
+             *(RungResult(r.rung, [run]).values(key)[0] if RungResult(r.rung, [run]).values(key) else None
+               for key in LADDER_COLUMNS[2:])]
+            for r in results for run in r.runs]
+
+    layers_columns = ["rung", "rung_index", "seeds", "layer", "distance_px", "entropy_nats", "cls_share"]
+    layers = [[r.rung, rung_index(r.rung), _seeds(r), layer, *values]
+              for r in results if r.by_layer("distance_px")
+              for layer, values in enumerate(zip(*(r.by_layer(k) for k in layers_columns[4:])))]
+
+    by_rung_columns = ["rung", "rung_index", "seeds", "series"]
+    test_acc = [row for rung in RUNGS for row in _series_rows(by_rung.get(rung), rung, "test_acc",
+                                                               REFERENCE[rung]["test_acc"])]
+    distance = [row for rung in RUNGS for row in _series_rows(by_rung.get(rung), rung, "layer1_distance_px",
+                                                               REFERENCE[rung]["layer1_distance_px"])]
+    for rung in RUNGS:  # the uniform baseline the distances are read against
+        result = by_rung.get(rung)
+        uniform, _ = _mean(result.values("uniform_distance_px")) if result else (None, None)
+        distance.append([rung, rung_index(rung), _seeds(result) if result else "", UNIFORM,
+                         uniform if uniform is not None else REFERENCE[rung]["uniform_distance_px"]])
+    return {
+        "ladder": (ladder_columns, ladder),
+        "runs": (runs_columns, runs),
+        "layers": (layers_columns, layers),
+        "test_acc_by_rung": ([*by_rung_columns, "test_acc"], test_acc),
+        "layer1_distance_by_rung": ([*by_rung_columns, "layer1_distance_px"], distance),
+    }
+
+
+def _use_rung_artifacts(run, results: list[RungResult], ladder: str) -> None:
+    from vitladder.training.wandb_artifacts import analysis_artifact, model_artifact, use_input
+
+    for result in results:
+        for record in result.runs:
+            model, analysis = record.path / "checkpoints" / "model.pt", record.path / "analysis"
+            if model.is_file():
+                use_input(run, model_artifact(model, ladder, result.rung, record.seed))
+            if analysis.is_dir():
+                use_input(run, analysis_artifact(analysis, ladder, result.rung, record.seed))
+
+
+def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, group: str | None = None,
+                        mode: str = "auto", entity: str | None = None) -> str | None:
+    """Log the ladder's tables, charts and PNGs into its report run; returns the run's id (None: W&B off).
+
+    ``project``/``group`` default to the runs' config (wandb.project, ladder). Build the report first.
+    """
+    import wandb
+
+    from vitladder.training.wandb_artifacts import safe_name
+    from vitladder.training.wandb_run import report_run_id, resolve_mode
+
+    ladder_dir = Path(ladder_dir)
+    mode = resolve_mode(mode)
+    if mode == "disabled":
+        return None
+    results = collect(ladder_dir)
+    config = next((run.config for r in results for run in r.runs if run.config), {})
+    project = project or config.get("wandb", {}).get("project") or "vit-ladder"
+    group = group or (config.get("ladder") if isinstance(config.get("ladder"), str) else None) or ladder_dir.name
+    run = wandb.init(project=project, entity=entity, group=group, job_type="report", name=f"{group}/report",
+                     id=report_run_id(project, group), resume="allow", dir=str(ladder_dir), mode=mode,
+                     config={"ladder": group, "rungs": [r.rung for r in results]})
+    try:
+        _use_rung_artifacts(run, results, group)
+        rows_of = report_tables(results)
+        tables = {name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in rows_of.items()}
+        payload: dict = {f"report/{name}": tables[name] for name in ("ladder", "runs", "layers")}
+        for key, (table, x, y, stroke, title) in CHARTS.items():
+            payload[key] = wandb.plot.line(tables[table], x, y, stroke=stroke, title=title)
+        payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in FIGURES})
+        run.log(payload)
+        columns, ladder = rows_of["ladder"]
+        run.summary.update({f"report/{row[0]}/{key}": row[columns.index(key)] for row in ladder
+                            for key in LADDER_COLUMNS[1:] if row[columns.index(key)] is not None})
+        artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report",
+                                  metadata={"ladder": group, "rungs": [r.rung for r in results]})
+        for name in ("report.md", "ladder.csv", *FIGURES):
+            artifact.add_file(str(ladder_dir / name), name=name)
+        run.log_artifact(artifact, aliases=["latest"])
+        return run.id
+    finally:
+        run.finish()

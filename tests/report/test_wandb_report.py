@@ -1,0 +1,81 @@
+"""The ladder's W&B report run (one id however often the report is rebuilt) and the saved W&B Report:
+built here without saving, every panel must read a key the project's runs really log."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from vitladder.training.wandb_run import report_run_id
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_rebuilding_the_report_continues_one_run(smoke_ladder, wandb_run_reader) -> None:
+    folders = sorted((smoke_ladder / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2, "built twice: two parts"
+    ids = {wandb_run_reader(f).run["run_id"] for f in folders}
+    assert ids == {report_run_id("vit-ladder", "smoke")}
+    last = wandb_run_reader(folders[-1])
+    assert last.run["job_type"] == "report" and last.run["run_group"] == "smoke" and last.run["resume"]
+    (artifact,) = last.artifacts
+    assert artifact["type"] == "report" and artifact["name"] == "report-smoke"
+    assert {e["path"] for e in artifact["manifest"]["contents"]} >= {"report.md", "ladder.csv", "distance_by_layer.png"}
+
+
+def panel_reads(report) -> list[tuple[str, str, str]]:
+    """(run set name, what the panel reads, key): the keys of every panel of a wandb-workspaces Report."""
+    import wandb_workspaces.reports.v2 as wr
+
+    reads = []
+    for block in report.blocks:
+        if not isinstance(block, wr.PanelGrid):
+            continue
+        (runset,) = block.runsets
+        for panel in block.panels:
+            if isinstance(panel, wr.LinePlot):
+                reads += [(runset.name, "history", panel.x), *((runset.name, "history", y) for y in panel.y)]
+            elif isinstance(panel, wr.WeavePanelSummaryTable):
+                reads.append((runset.name, "table", panel.table_name))
+            elif isinstance(panel, wr.CustomChart):
+                table = panel.query["summaryTable"]["tableKey"]
+                reads.append((runset.name, "table", table))
+                reads += [(runset.name, f"column of {table}", column) for column in panel.chart_fields.values()]
+            else:
+                raise AssertionError(f"a panel this test does not know how to check: {type(panel).__name__}")
+    return reads
+
+
+def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, wandb_run_reader) -> None:
+    from vitladder.report.wandb_workspace import build_wandb_report
+
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke")
+    rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
+    report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
+    runs = {"smoke: rung runs": rung, "smoke: report run": report_run}
+    reads = panel_reads(report)
+    assert len(reads) >= 15 and {name for name, _, _ in reads} == set(runs)
+    for name, kind, key in reads:
+        run = runs[name]
+        if kind == "history":
+            assert any(key in row for row in run.history), (name, key)
+        elif kind == "table":
+            assert run.summary.get(f"{key}._type") == "table-file", (name, key)
+        else:
+            assert key in run.table(kind.removeprefix("column of "))["columns"], (name, kind, key)
+
+
+def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    spec = importlib.util.spec_from_file_location("wandb_report_script", REPO / "scripts" / "wandb_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_info:
+        module.main([str(smoke_ladder)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err
+    assert not (smoke_ladder / module.URL_FILE).exists()

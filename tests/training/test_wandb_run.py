@@ -1,0 +1,179 @@
+"""A rung's W&B run read back from its offline records: axes, names, summary, artifacts, resumes, re-analysis."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+from vitladder.training import run as run_module
+from vitladder.training.run import train_rung
+from vitladder.training.wandb_artifacts import dataset_artifact, log_rung_artifacts, use_input
+from vitladder.training.wandb_run import SYNC_GLOBS, logged_in, offline_runs, report_run_id
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rung_run(ladder: Path, wandb_run_reader, rung: str = "patch4"):
+    folders = sorted((ladder / rung / "wandb").glob("offline-run-*"))
+    assert len(folders) == 1, folders
+    return wandb_run_reader(folders[0])
+
+
+def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder, wandb_run_reader) -> None:
+    run = rung_run(smoke_ladder, wandb_run_reader)
+    metrics = run.metrics
+    assert "epoch" in metrics and "trainer/global_step" in metrics
+    for pattern in ("*", "train/*", "val/*", "test/*", "track/*"):
+        assert metrics[pattern]["step_metric"] == "epoch", pattern  # Lightning's `*` -> global step is replaced
+    assert metrics["lr"]["step_metric"] == "trainer/global_step"
+
+    history = run.history
+    epochs = lambda key: [row["epoch"] for row in history if key in row]  # noqa: E731
+    assert epochs("val/acc") == [1, 2] and epochs("train/loss") == [1, 2] and epochs("test/acc") == [2]
+    assert epochs("track/layer1/distance_px") == [0, 1, 2]  # the point at initialisation too
+    lr_steps = [row["trainer/global_step"] for row in history if "lr" in row]
+    steps = (600 - 100) // 100 * 2  # training images left after validation, batch 100, 2 epochs
+    assert lr_steps == list(range(steps)), "the learning rate of every optimizer step, once"
+    assert all("epoch" not in row for row in history if "lr" in row)
+    assert not [k for row in history for k in row if re.match(r"analysis/layer\d|lr-|.*/pg\d", k)]
+
+    summary = run.summary
+    assert 0 < summary["analysis/layer1/distance_px"] < 17 and "test/acc" in summary and "val/acc" in summary
+    assert run.table("analysis/layers")["columns"][:4] == ["rung", "rung_index", "seed", "layer"]
+
+    rows = list(csv.DictReader((smoke_ladder / "patch4" / "metrics.csv").open()))
+    assert sorted({float(r["epoch"]) for r in rows if r["val/acc"]}) == [1.0, 2.0]
+    assert [int(r["step"]) for r in rows if r["lr"]] == list(range(steps)) and "lr-AdamW/pg1" not in rows[0]
+
+
+def test_model_and_analysis_artifacts_with_rung_aliases(smoke_ladder, wandb_run_reader) -> None:
+    artifacts = {a["name"]: a for a in rung_run(smoke_ladder, wandb_run_reader).artifacts}
+    model, analysis = artifacts["model-smoke-patch4-seed0"], artifacts["analysis-smoke-patch4-seed0"]
+    assert model["type"] == "model" and set(model["aliases"]) == {"latest", "patch4"}
+    assert [e["path"] for e in model["manifest"]["contents"]] == ["model.pt"]
+    assert analysis["type"] == "analysis" and set(analysis["aliases"]) == {"latest", "patch4"}
+    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png"} <= {e["path"] for e in analysis["manifest"]["contents"]}
+    assert not [a for a in artifacts.values() if a["type"] == "dataset"], "an offline run cannot declare inputs"
+
+
+def test_the_dataset_is_a_reference_with_a_checksum_never_uploaded(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    archive = tmp_path / "cifar10-jpeg.tar.xz"
+    archive.write_bytes(b"not really an archive")
+    art = dataset_artifact(OmegaConf.create({"source": "imagefolder", "root": str(archive)}))
+    (entry,) = art.manifest.entries.values()
+    assert art.type == "dataset" and art.name == "dataset-cifar10-jpeg"
+    assert entry.ref == archive.resolve().as_uri() and entry.digest and entry.digest != entry.ref  # checksummed
+    synthetic = dataset_artifact(OmegaConf.create({"source": "synthetic", "num_train": 600, "num_test": 100}))
+    assert synthetic.name == "dataset-synthetic-600-100-seed0" and not synthetic.manifest.entries
+    assert synthetic.metadata == {"source": "synthetic", "num_train": 600, "num_test": 100, "seed": 0}
+
+
+def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    class FakeRun:  # records what an online run is asked to do
+        def __init__(self, offline: bool):
+            self.offline, self.used, self.logged = offline, [], []
+
+        def use_artifact(self, artifact):
+            self.used.append(artifact)
+
+        def log_artifact(self, artifact, aliases):
+            self.logged.append((artifact.name, artifact.type, aliases))
+
+    (tmp_path / "model.pt").write_bytes(b"weights")
+    cfg = OmegaConf.create({"ladder": "full", "rung": "warmup", "seed": 2,
+                            "data": {"source": "synthetic", "num_train": 10, "num_test": 5}})
+    online = FakeRun(offline=False)
+    log_rung_artifacts(online, cfg, tmp_path / "model.pt", tmp_path / "no-analysis", {"test_acc": 0.5})
+    assert [(a.name, a.type) for a in online.used] == [("dataset-synthetic-10-5-seed0", "dataset")]
+    assert online.logged == [("model-full-warmup-seed2", "model", ["latest", "warmup"])]
+    offline = FakeRun(offline=True)
+    assert use_input(offline, online.used[0]) is False and offline.used == []
+
+
+class CrashInEpoch3(L.Callback):
+    """Killed after two optimizer steps of the third epoch: the checkpoint holds 2 epochs, the logs more."""
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.current_epoch == 2 and batch_idx == 2:
+            raise RuntimeError("simulated crash in epoch 3")
+
+
+def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_uploads(
+        tiny_cfg, monkeypatch, wandb_run_reader) -> None:
+    cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", "trainer.log_every_n_steps=1")  # 3 epochs
+    build_trainer = run_module.build_trainer
+    monkeypatch.setattr(run_module, "build_trainer",
+                        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashInEpoch3()]))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_rung(cfg)
+    monkeypatch.setattr(run_module, "build_trainer", build_trainer)
+    train_rung(cfg)
+
+    ladder = Path(cfg.run_dir).parent
+    parts = [wandb_run_reader(folder) for folder in offline_runs(ladder)]  # what `make wandb-sync` uploads
+    assert len(parts) == 2 and len({p.run["run_id"] for p in parts}) == 1, "one run, in two parts"
+    rows = [row for part in parts for row in part.history]
+    for key, expected in (("val/acc", [1, 2, 3]), ("train/loss", [1, 2, 3]), ("track/layer1/distance_px", [0, 1, 2, 3]),
+                          ("test/acc", [3])):
+        assert sorted(row["epoch"] for row in rows if key in row) == expected, key
+    # The learning rate of every step; W&B keeps the two steps logged before the crash twice (same values).
+    steps = sorted({row["trainer/global_step"] for row in rows if "lr" in row})
+    assert steps == list(range(steps[-1] + 1)) and steps[-1] > 2
+    csv_rows = list(csv.DictReader((ladder / "patch8" / "metrics.csv").open()))
+    assert sorted(float(r["epoch"]) for r in csv_rows if r["val/acc"]) == [1.0, 2.0, 3.0]
+    csv_steps = [int(r["step"]) for r in csv_rows if r["lr"]]
+    assert sorted(csv_steps) == steps, "metrics.csv: each step's learning rate once"
+
+
+def test_readme_sync_command_uploads_what_offline_runs_finds() -> None:
+    readme = (REPO / "README.md").read_text()
+    command = "wandb sync " + " ".join(f"outputs/<ladder>/{pattern}" for pattern in SYNC_GLOBS)
+    assert command in readme
+
+
+def test_analyze_updates_the_rungs_wandb_run(smoke_ladder, tmp_path: Path, wandb_run_reader, capsys) -> None:
+    run_dir = tmp_path / "patch4"
+    shutil.copytree(smoke_ladder / "patch4", run_dir)
+    run_id = (run_dir / "wandb_run_id.txt").read_text().strip()
+    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(run_dir), "--images", "10", "--batch-size", "5", "--device", "cpu"])
+    assert f"W&B run {run_id}" in capsys.readouterr().out
+
+    folders = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(folders) == 2, "the re-analysis continues the rung's run"
+    update = wandb_run_reader(folders[-1])
+    assert update.summary["analysis/images"] == 10
+    (artifact,) = update.artifacts
+    assert artifact["name"] == "analysis-smoke-patch4-seed0" and artifact["type"] == "analysis"
+    layers = update.table("analysis/layers")
+    with (run_dir / "analysis" / "layers.csv").open() as file:
+        assert [float(r["distance_px"]) for r in csv.DictReader(file)] == [row[4] for row in layers["data"]]
+
+
+def test_login_state_from_the_netrc_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert not logged_in()
+    (tmp_path / "netrc").write_text("machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
+    assert logged_in()
+    (tmp_path / "netrc").write_text("machine other.example.org login user password secret\n")
+    assert not logged_in()
+
+
+def test_the_report_run_id_depends_on_project_and_ladder_only() -> None:
+    assert report_run_id("vit-ladder", "full") == report_run_id("vit-ladder", "full")
+    assert len({report_run_id("vit-ladder", "full"), report_run_id("vit-ladder", "smoke"),
+                report_run_id("other", "full")}) == 3
