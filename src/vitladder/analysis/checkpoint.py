@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from vitladder.analysis.outputs import tracking_row
 from vitladder.errors import CheckpointError, UserError
 from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
 from vitladder.safe_load import load_checkpoint_file
@@ -82,10 +83,19 @@ def _history(data: dict) -> list[dict]:
     callbacks = data.get("callbacks")
     for state in (callbacks.values() if isinstance(callbacks, dict) else ()):
         if isinstance(state, dict) and isinstance(state.get("history"), list):
-            keys = ("epoch", "layer", "distance", "entropy")
-            return [row for row in state["history"] if isinstance(row, dict)
-                    and all(isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool) for k in keys)]
+            return [row for row in map(_tracking_row, state["history"]) if row is not None]
     return []
+
+
+def _tracking_row(row: object) -> dict | None:
+    """A well-formed tracking row under today's names (older checkpoints used others), else None."""
+    if not isinstance(row, dict) or any(isinstance(value, bool) or not isinstance(value, (int, float))
+                                        for value in row.values()):
+        return None
+    try:
+        return tracking_row(row)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _text(value: object) -> str | None:
