@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vitladder.model import ViTConfig, build_vit
-from vitladder.training.run import RunPaths, train_rung
+from vitladder.training.run import RunPaths, is_finished, read_summary, train_rung
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     with pytest.raises(OSError, match="No space left"):
         train_rung(cfg)
     assert paths.last_ckpt.is_file() and not paths.model.exists()
-    assert not paths.done.exists(), "a rung whose model was never saved is marked finished"
+    assert not paths.done.exists() and not is_finished(paths.root), "a rung whose model was never saved is finished"
     monkeypatch.undo()
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
@@ -71,3 +71,7 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert len(saved["classes"]) == 10 and saved["vit_config"]["depth"] == 2
     assert json.loads(paths.done.read_text()) == summary
     assert summary["epochs"] == 1 and summary["rung"] == "patch8" and summary["seed"] == 0
+
+    renames.clear()
+    assert is_finished(paths.root) and read_summary(paths.root) == summary
+    assert train_rung(cfg) == summary and renames == []  # a finished rung is skipped untouched

@@ -5,16 +5,21 @@ cross-entropy for validation and test, AdamW's parameter groups, and the learnin
 from __future__ import annotations
 
 import math
+import random
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+import lightning as L
+from lightning.pytorch.callbacks import Timer
 import torch.nn.functional as F
 from torch import nn
 
-from vitladder.config import RUNGS, compose_rung
+from vitladder.config import RUNGS, compose_rung, scaled_epochs
 from vitladder.training.module import LadderModule
-from vitladder.training.run import build_module
+from vitladder.training.run import RunPaths, build_module, build_trainer, resolve_precision
 
 K = 10  # classes
 SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung above it
@@ -156,3 +161,37 @@ def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, 
     module = build_module(compose_rung("patch8", ["profile=smoke", "model.depth=1"]), num_classes=K)
     attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)
     assert module._steps_per_epoch() == steps
+
+
+def test_a_checkpoint_carries_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:
+    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1"), num_classes=K)
+    torch.manual_seed(5)
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    draws = (torch.rand(4), np.random.rand(2), random.random())
+    torch.manual_seed(6)  # what a fresh process would start from
+    module.on_load_checkpoint(checkpoint)
+    again = (torch.rand(4), np.random.rand(2), random.random())
+    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
+    module.on_load_checkpoint({})  # a checkpoint without them (older runs) loads too
+
+
+@pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])
+def test_auto_precision_is_bf16_mixed_on_cuda_and_fp32_on_the_cpu(cuda: bool, expected: str, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert resolve_precision("auto") == expected
+    assert resolve_precision("16-mixed") == "16-mixed"  # an explicit choice is kept
+
+
+def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:
+    cfg = tiny_cfg("epochs200", "trainer.log_every_n_steps=7", "trainer.max_time=00:01:00:00")
+    paths = RunPaths(Path(cfg.run_dir))
+    marker = L.Callback()
+    trainer = build_trainer(cfg, paths, loggers=[], callbacks=[marker])
+    assert trainer.max_epochs == scaled_epochs(cfg)[0] == 2  # 1% of 200 on the smoke profile
+    assert trainer.num_sanity_val_steps == 0  # no validation batches before training: the RNG streams stay put
+    assert trainer.precision == "32-true" and trainer.log_every_n_steps == 7
+    assert marker in trainer.callbacks and trainer.default_root_dir == str(paths.root)
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0]._duration == 3600  # trainer.max_time: a clean stop
+    assert trainer.progress_bar_callback is None and trainer.num_devices == 1  # trainer.progress_bar=false
