@@ -114,7 +114,6 @@ def _inputs(model: nn.Module, images_u8: Tensor) -> Tensor:
     return normalize(images_u8.to(param.device, non_blocking=True)).to(param.dtype)  # (B, 3, H, W)
 
 
-@torch.no_grad()
 def _example(model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int) -> ExampleAttention:
     image = images_u8[index : index + 1]  # (1, 3, H, W)
     logits, maps = capture_attention(model, _inputs(model, image))  # maps: [(1, H, T, T)] * L
@@ -130,7 +129,6 @@ def _example(model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: 
     )
 
 
-@torch.no_grad()
 def analyse(
     model: nn.Module,
     images_u8: Tensor,
@@ -154,7 +152,9 @@ def analyse(
         num_tokens = attn.shape[-1]
         return head_metrics(attn, patch_px)
 
-    with torch.compiler.set_stance("force_eager"):  # an in-place compiled model runs its hooks eagerly
+    # No autograd; an in-place compiled model runs its hooks eagerly. (A `with`, not decorators: mutmut
+    # leaves decorated functions alone, and `make mutation` must reach this one.)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(images_u8), batch_size):
             batch = _inputs(model, images_u8[start : start + batch_size])  # (B, 3, H, W)
             _, per_layer = capture_attention(model, batch, reduce=reduce)

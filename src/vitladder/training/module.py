@@ -51,7 +51,9 @@ class LadderModule(L.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Named, not read from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
+        self.save_hyperparameters({"model": model, "optim": optim, "label_smoothing": label_smoothing, "mixup": mixup,
+                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile})
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes

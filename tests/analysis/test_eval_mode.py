@@ -1,0 +1,192 @@
+"""Every analysis entry point measures the model in eval mode and is deterministic.
+
+The model has stochastic depth (drop_path_rate > 0) and the caller leaves it in TRAIN mode, as
+Lightning does while the callback tracks locality: in train mode drop path would skip blocks at
+random, so two analyses of one model would differ. Each entry point must give the numbers of the
+model in eval mode, twice the same, and leave the model's mode as it found it. The callback and
+analyze.py must also analyse exactly the images they promise (the first N of a split).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
+from vitladder.analysis.outputs import read_csv
+from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.config import compose_rung
+from vitladder.data.datamodule import Split
+from vitladder.demo.export import attention_payload
+from vitladder.model import ViTConfig, build_vit
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = ViTConfig(patch_size=8, embed_dim=24, depth=3, drop_path_rate=0.5)
+PATCH = CONFIG.patch_size
+
+
+def stochastic_vit() -> nn.Module:
+    """A small ViT with heavy drop path, in train mode (the caller's), with peaked attention."""
+    torch.manual_seed(0)
+    model = build_vit(CONFIG)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight[: 2 * CONFIG.embed_dim] *= 4  # q and k: attention far from uniform
+    return model.train()
+
+
+def some_images(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+def as_tensors(summary: AttentionSummary) -> dict[str, object]:
+    example = summary.example
+    return {
+        "heads": torch.stack([summary.heads.distance_px, summary.heads.entropy_nats, summary.heads.cls_share,
+                              summary.heads.distance_drop_px]),
+        "meta": (summary.grid, summary.patch_px, summary.num_images),
+        "example": None if example is None else torch.cat([example.cls_maps.flatten(), example.rollout,
+                                                           example.rollout_by_layer.flatten()]),
+        "example_meta": None if example is None else (example.index, example.label, example.predicted),
+    }
+
+
+def assert_same(a: AttentionSummary, b: AttentionSummary) -> None:
+    ta, tb = as_tensors(a), as_tensors(b)
+    assert ta["meta"] == tb["meta"] and ta["example_meta"] == tb["example_meta"]
+    assert torch.equal(ta["heads"], tb["heads"]), "the per-head numbers differ"
+    assert (ta["example"] is None) == (tb["example"] is None)
+    if ta["example"] is not None:
+        assert torch.equal(ta["example"], tb["example"]), "the example image's maps differ"
+
+
+def eval_reference(images: torch.Tensor, **kwargs) -> AttentionSummary:
+    """The analysis of the same model, put in eval mode by the test itself."""
+    return analyse(stochastic_vit().eval(), images, patch_px=PATCH, **kwargs)
+
+
+def test_train_mode_would_change_the_numbers() -> None:
+    # The premise of this file: in train mode, drop path changes what the blocks compute.
+    model, images = stochastic_vit(), some_images(4, 0)
+    from vitladder.data.augment import normalize
+
+    with torch.no_grad():
+        assert not torch.equal(model(normalize(images)), model(normalize(images)))
+
+
+def test_analyse_runs_in_eval_mode_and_is_deterministic() -> None:
+    images, labels = some_images(6, 1), torch.arange(6)
+    model = stochastic_vit()
+    first = analyse(model, images, batch_size=4, patch_px=PATCH, labels=labels, example_index=2)
+    second = analyse(model, images, batch_size=4, patch_px=PATCH, labels=labels, example_index=2)
+    assert model.training, "the caller's train mode must be restored"
+    assert_same(first, second)
+    assert_same(first, eval_reference(images, batch_size=4, labels=labels, example_index=2))
+
+
+class LightningLike(nn.Module):
+    """What the callback reads of the LightningModule: ``.model`` and ``.log``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.logged: dict[str, float] = {}
+
+    def log(self, name: str, value: float, **kwargs) -> None:
+        self.logged[name] = value
+
+
+def stub_trainer(epoch: int = 0) -> SimpleNamespace:
+    """A trainer as far as the callback reads it, with a validation and a test split of distinct images."""
+    val = Split(some_images(12, 2), torch.arange(12) % 10)
+    test = Split(some_images(10, 3), torch.arange(10) % 10)
+    datamodule = SimpleNamespace(val=val, test=test, classes=tuple(f"c{k}" for k in range(10)))
+    return SimpleNamespace(datamodule=datamodule, current_epoch=epoch, is_global_zero=True, loggers=[])
+
+
+def make_callback(out_dir: Path) -> AttentionAnalysis:
+    return AttentionAnalysis(out_dir, rung="stochastic_depth", patch_px=PATCH, num_images=7, batch_size=4,
+                             example_image=3, track_every_n_epochs=1, track_images=5)
+
+
+def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images(tmp_path: Path) -> None:
+    trainer = stub_trainer(epoch=2)
+    reference = eval_reference(trainer.datamodule.val.images[:5], batch_size=4, example_index=None).layers
+    histories = []
+    for attempt in range(2):
+        module = LightningLike(stochastic_vit())
+        callback = make_callback(tmp_path / f"a{attempt}")
+        callback.on_train_epoch_end(trainer, module)
+        assert module.model.training and module.training  # Lightning's train mode is left as it was
+        rows = [r for r in callback.history if r["epoch"] == 3]
+        assert [r["layer"] for r in rows] == [0, 1, 2]
+        assert [r["distance"] for r in rows] == reference.distance_px.tolist()
+        assert [r["entropy"] for r in rows] == reference.entropy_nats.tolist()
+        assert module.logged["track/layer2/distance_px"] == rows[2]["distance"]
+        histories.append(callback.history)
+    assert histories[0] == histories[1]
+
+
+def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path) -> None:
+    trainer = stub_trainer()
+    test = trainer.datamodule.test
+    reference = eval_reference(test.images[:7], batch_size=4, labels=test.labels[:7], example_index=3)
+    module = LightningLike(stochastic_vit())
+    callback = make_callback(tmp_path)
+    callback.on_fit_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
+    assert module.model.training
+    assert callback.summary.num_images == 7 and (tmp_path / "heads.csv").is_file()
+    assert_same(callback.summary, reference)
+
+
+def test_the_demo_export_runs_in_eval_mode_and_is_deterministic() -> None:
+    images, labels = some_images(3, 4), torch.tensor([1, 2, 3])
+    model = stochastic_vit()
+    first, second = attention_payload(model, images, labels), attention_payload(model, images, labels)
+    assert model.training
+    assert first == second
+    assert first == attention_payload(stochastic_vit().eval(), images, labels)
+
+
+def analyze_main():
+    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path, monkeypatch) -> None:
+    cfg = compose_rung("stochastic_depth", [
+        "profile=smoke", "data=synthetic", "data.num_train=40", "data.num_test=30", "data.val_size=8",
+        "data.train_subset=null", "data.test_subset=null", f"output_root={tmp_path}", f"model.patch_size={PATCH}",
+        f"model.embed_dim={CONFIG.embed_dim}", f"model.depth={CONFIG.depth}",
+        f"model.drop_path_rate={CONFIG.drop_path_rate}", "analysis.example_image=1"])
+    run = Path(cfg.run_dir)
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    torch.save({"format": "vitladder-model/1", "vit_config": CONFIG.to_dict(), "state_dict": stochastic_vit().state_dict(),
+                "classes": [f"c{k}" for k in range(10)], "rung": cfg.rung, "ladder": cfg.ladder},
+               run / "checkpoints" / "model.pt")
+
+    # The script must not rely on the loader's eval(): hand it the model in train mode.
+    import vitladder.analysis.checkpoint as checkpoint
+
+    load_model = checkpoint.load_model
+    monkeypatch.setattr(checkpoint, "load_model", lambda path: (lambda m, meta: (m.train(), meta))(*load_model(path)))
+    out = analyze_main()([str(run), "--images", "6", "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "a")])
+    assert checkpoint.load_model is not load_model  # the script really read the model through the patch
+
+    images, labels, _ = run_test_split(cfg)
+    reference = eval_reference(images[:6], batch_size=4, labels=labels[:6], example_index=1)
+    values = torch.tensor([[float(r["mean_distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])]
+                           for r in read_csv(out / "heads.csv")])  # (L * H, 3), layer-major
+    expected = torch.stack([reference.heads.distance_px, reference.heads.entropy_nats,
+                            reference.heads.cls_share], dim=-1).reshape(-1, 3)
+    assert torch.allclose(values, expected, atol=2e-6)  # the CSV rounds to 6 decimals

@@ -1,0 +1,50 @@
+"""What the datamodule hands each stage: training batches augmented as the rung asks, validation and
+test batches always the plain normalised images, every one once, in the split's order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitladder.config import compose_rung
+from vitladder.data.augment import normalize
+from vitladder.data.datamodule import ImageDataModule
+
+
+def datamodule(rung: str, tmp_path) -> ImageDataModule:
+    cfg = compose_rung(rung, ["profile=smoke", "data=synthetic", "data.num_train=90", "data.num_test=50",
+                              "data.val_size=30", "data.train_subset=null", "data.test_subset=null",
+                              "data.batch_size=16", "seed=3", f"output_root={tmp_path}"])
+    module = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    module.setup()
+    return module
+
+
+def concat(batches) -> tuple[torch.Tensor, torch.Tensor]:
+    images, labels = zip(*batches)
+    return torch.cat(images), torch.cat(labels)
+
+
+@pytest.mark.parametrize("rung", ["augment", "mixup_cutmix"])
+def test_validation_and_test_batches_are_never_augmented(rung: str, tmp_path) -> None:
+    dm = datamodule(rung, tmp_path)
+    assert dm.cfg.random_crop_padding > 0 and dm.cfg.horizontal_flip  # the rung augments its training batches
+    for loader, split in ((dm.val_dataloader(), dm.val), (dm.test_dataloader(), dm.test)):
+        for epoch in (0, 4):  # the same whatever the epoch
+            loader.set_epoch(epoch)
+            images, labels = concat(loader)
+            assert torch.equal(labels, split.labels)  # every image once, in order, the last batch kept
+            assert torch.equal(images, normalize(split.images)), "augmentation reached an evaluation batch"
+
+
+def test_training_batches_are_augmented_only_on_rungs_that_ask(tmp_path) -> None:
+    for rung, augmented in (("patch8", False), ("augment", True)):
+        dm = datamodule(rung, tmp_path)
+        loader = dm.train_dataloader()
+        assert loader.seed == 3  # the run's seed drives the order and the augmentation
+        images, labels = concat(loader)
+        order = loader.indices(0)[: len(labels)]
+        assert torch.equal(labels, dm.train.labels[order])
+        plain = normalize(dm.train.images[order])
+        assert torch.equal(images, plain) is not augmented
+        assert len(labels) == len(dm.train.labels) // 16 * 16  # even, full batches for MixUp

@@ -1,0 +1,197 @@
+"""The recipe each rung really trains with, read off its LightningModule on tiny tensors, no training:
+the loss and its targets (label smoothing exactly once, MixUp's soft targets carrying it), plain
+cross-entropy for validation and test, AdamW's parameter groups, and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import Timer
+import torch.nn.functional as F
+from torch import nn
+
+from vitladder.config import RUNGS, compose_rung, scaled_epochs
+from vitladder.training.module import LadderModule
+from vitladder.training.run import RunPaths, build_module, build_trainer, resolve_precision
+
+K = 10  # classes
+SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung above it
+
+
+def recipe(rung: str) -> tuple[float, bool]:
+    """(label smoothing, MixUp/CutMix on) that the README's ladder table gives the rung."""
+    level = RUNGS.index(rung)
+    return (SMOOTHING if level >= RUNGS.index("label_smoothing") else 0.0), level >= RUNGS.index("mixup_cutmix")
+
+
+def smoothed(labels: torch.Tensor, eps: float) -> torch.Tensor:
+    """(B, K) one-hot targets smoothed once: 1 - eps + eps/K on the class, eps/K elsewhere."""
+    return F.one_hot(labels, K).double() * (1 - eps) + eps / K
+
+
+@pytest.mark.parametrize("rung", RUNGS)
+def test_the_smoke_profile_trains_each_rung_with_the_full_recipes_loss(rung: str) -> None:
+    full, smoke = compose_rung(rung), compose_rung(rung, ["profile=smoke"])
+    eps, mixed = recipe(rung)
+    assert full.loss.label_smoothing == eps
+    assert (full.mixup.mixup_alpha, full.mixup.cutmix_alpha) == ((0.8, 1.0) if mixed else (0.0, 0.0))
+    assert smoke.loss == full.loss and smoke.mixup == full.mixup
+
+
+@pytest.mark.parametrize("rung", RUNGS)
+def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: str, monkeypatch) -> None:
+    eps, mixed = recipe(rung)
+    module = build_module(tiny_cfg(rung, "model.depth=1"), num_classes=K).eval()  # eval: a forward to recompute
+    images = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(16) % K  # every row's partner under the batch flip has another class
+    seen = []
+    if module.mixup is not None:
+        mixup = module.mixup
+        monkeypatch.setattr(module, "mixup", lambda x, y: seen.append(mixup(x, y)) or seen[-1])
+    assert (module.mixup is not None) == mixed
+
+    torch.manual_seed(0)
+    loss = module.training_step((images.clone(), labels), 0)  # timm mixes the batch in place
+
+    if mixed:
+        (inputs, targets), = seen
+        assert targets.shape == (16, K) and not torch.equal(inputs, images)
+        # timm's soft targets carry the smoothing: lam * smooth(y) + (1 - lam) * smooth(flip(y))
+        lam = (targets[0, labels[0]].item() - eps / K) / (1 - eps)
+        expected = lam * smoothed(labels, eps) + (1 - lam) * smoothed(labels.flip(0), eps)
+        assert torch.allclose(targets.double(), expected, atol=1e-6)
+        assert 0.0 <= lam <= 1.0
+    else:
+        inputs, targets = images, smoothed(labels, eps)
+    logits = module(inputs)
+    # the criterion adds nothing on top: the cross-entropy against exactly these targets
+    expected_loss = -(targets.double() * logits.double().log_softmax(-1)).sum(-1).mean()
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5)
+    assert module.train_loss.compute().item() == pytest.approx(loss.item(), rel=1e-6)
+    # training accuracy counts the true classes, also under MixUp
+    assert module.train_acc.compute().item() == pytest.approx((logits.argmax(-1) == labels).float().mean().item())
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no trainer: logging is skipped
+def test_validation_and_test_loss_are_plain_cross_entropy_over_every_image(tiny_cfg, monkeypatch) -> None:
+    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1"), num_classes=K).eval()
+    monkeypatch.setattr(module, "mixup", lambda *a: pytest.fail("MixUp reached an evaluation batch"))
+    generator = torch.Generator().manual_seed(1)
+    images, labels = torch.randn(8, 3, 32, 32, generator=generator), torch.randint(0, K, (8,), generator=generator)
+    for step, metrics in ((module.validation_step, (module.val_loss, module.val_acc)),
+                          (module.test_step, (module.test_loss, module.test_acc))):
+        for i, cut in enumerate((slice(0, 5), slice(5, 8))):  # uneven batches: weighted by their size
+            step((images[cut], labels[cut]), i)
+        logits = module(images)
+        assert metrics[0].compute().item() == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
+        assert metrics[1].compute().item() == pytest.approx((logits.argmax(-1) == labels).float().mean().item())
+
+
+def attach_trainer(module: LadderModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
+    """The few trainer attributes configure_optimizers and the schedule read (no training)."""
+    datamodule = SimpleNamespace(train_dataloader=lambda: range(batches))  # len(): batches an epoch
+    module.trainer = SimpleNamespace(datamodule=datamodule, limit_train_batches=limit,
+                                     accumulate_grad_batches=accumulate, global_step=0)
+    return module.trainer
+
+
+def no_decay_names(model: nn.Module) -> set[str]:
+    """What the README promises no weight decay: biases, norms, the CLS token, position embeddings."""
+    norms = {f"{name}.{p}" for name, m in model.named_modules() if isinstance(m, nn.LayerNorm)
+             for p, _ in m.named_parameters(recurse=False)}
+    return norms | {n for n, _ in model.named_parameters() if n.endswith(".bias")} | {"cls_token", "pos_embed"}
+
+
+def test_weight_decay_skips_biases_norms_cls_token_and_position_embeddings(tiny_cfg) -> None:
+    cfg = tiny_cfg("patch4")
+    module = build_module(cfg, num_classes=K)
+    attach_trainer(module)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert type(optimizer) is torch.optim.AdamW
+    names = {id(p): n for n, p in module.model.named_parameters()}
+    groups = [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
+    every = [n for group in groups for n in group]
+    assert sorted(every) == sorted(names.values())  # every parameter, once
+    decayed = {n for group, g in zip(groups, optimizer.param_groups) if g["weight_decay"] > 0 for n in group}
+    assert set(every) - decayed == no_decay_names(module.model)
+    assert {"blocks.0.attn.qkv.weight", "patch_embed.proj.weight", "head.weight"} <= decayed  # sanity
+    for group in optimizer.param_groups:
+        assert group["weight_decay"] in (0.0, cfg.optim.weight_decay) and cfg.optim.weight_decay == 0.05
+        assert group["betas"] == tuple(cfg.optim.betas) == (0.9, 0.999)
+
+
+def expected_lr(step: int, peak: float, floor: float, start: float, warmup: int, total: int) -> float:
+    """Linear warmup from `start` to `peak` over `warmup` steps, then a cosine from `peak` to `floor`."""
+    if step < warmup:
+        return start + step * (peak - start) / warmup
+    t = min(step - warmup, total - warmup)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * t / (total - warmup)))
+
+
+@pytest.mark.parametrize("warmup_epochs, warmup_steps", [(0.0, 0), (1.5, 15), (0.25, 2)])
+def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_epochs, warmup_steps) -> None:
+    optim = {"lr": 1e-3, "weight_decay": 0.05, "betas": [0.9, 0.999], "min_lr": 1e-5, "warmup_start_lr": 1e-6}
+    model = {"patch_size": 8, "embed_dim": 12, "depth": 1, "num_heads": 6, "num_classes": K}
+    module = LadderModule(model=model, optim=optim, label_smoothing=0.0, mixup={"mixup_alpha": 0.0,
+                          "cutmix_alpha": 0.0, "prob": 1.0, "switch_prob": 0.5}, max_epochs=4,
+                          warmup_epochs=warmup_epochs)
+    trainer = attach_trainer(module, batches=10)  # 10 steps an epoch, 40 in all
+    configured = module.configure_optimizers()
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    assert configured["lr_scheduler"]["interval"] == "step"
+    for step in range(45):
+        trainer.global_step = step
+        module.lr_scheduler_step(scheduler)
+        want = expected_lr(step, 1e-3, 1e-5, 1e-6, warmup_steps, 40)
+        for group in optimizer.param_groups:
+            assert group["lr"] == pytest.approx(want, rel=1e-9, abs=1e-15), f"step {step}"
+
+
+@pytest.mark.parametrize("batches, limit, accumulate, steps", [
+    (10, 1.0, 1, 10), (10, 0.5, 1, 5), (10, 3, 1, 3), (10, 30, 1, 10), (10, 1.0, 3, 3), (2, 1.0, 4, 1),
+])
+def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, steps) -> None:
+    module = build_module(compose_rung("patch8", ["profile=smoke", "model.depth=1"]), num_classes=K)
+    attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)
+    assert module._steps_per_epoch() == steps
+
+
+def test_a_checkpoint_carries_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:
+    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1"), num_classes=K)
+    torch.manual_seed(5)
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    draws = (torch.rand(4), np.random.rand(2), random.random())
+    torch.manual_seed(6)  # what a fresh process would start from
+    module.on_load_checkpoint(checkpoint)
+    again = (torch.rand(4), np.random.rand(2), random.random())
+    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
+    module.on_load_checkpoint({})  # a checkpoint without them (older runs) loads too
+
+
+@pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])
+def test_auto_precision_is_bf16_mixed_on_cuda_and_fp32_on_the_cpu(cuda: bool, expected: str, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert resolve_precision("auto") == expected
+    assert resolve_precision("16-mixed") == "16-mixed"  # an explicit choice is kept
+
+
+def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:
+    cfg = tiny_cfg("epochs200", "trainer.log_every_n_steps=7", "trainer.max_time=00:01:00:00")
+    paths = RunPaths(Path(cfg.run_dir))
+    marker = L.Callback()
+    trainer = build_trainer(cfg, paths, loggers=[], callbacks=[marker])
+    assert trainer.max_epochs == scaled_epochs(cfg)[0] == 2  # 1% of 200 on the smoke profile
+    assert trainer.num_sanity_val_steps == 0  # no validation batches before training: the RNG streams stay put
+    assert trainer.precision == "32-true" and trainer.log_every_n_steps == 7
+    assert marker in trainer.callbacks and trainer.default_root_dir == str(paths.root)
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0]._duration == 3600  # trainer.max_time: a clean stop
+    assert trainer.progress_bar_callback is None and trainer.num_devices == 1  # trainer.progress_bar=false
