@@ -137,7 +137,7 @@ OTHER_SEEDS = ["seed=1", "data.split_seed=2"]
 def imagefolder_cfg(tmp_path: Path):
     root = write_image_folder(tmp_path / "images")
     return compose_rung("patch4", ["profile=smoke", "data=imagefolder", f"data.root={root}",
-                                   f"data.cache_dir={tmp_path / 'cache'}", "data.val_size=4",
+                                   f"data.cache_dir={tmp_path / 'cache'}", "data.val_size=4", "data.batch_size=8",
                                    "data.train_subset=null", "data.test_subset=10", f"output_root={tmp_path}",
                                    *OTHER_SEEDS])
 
@@ -145,7 +145,7 @@ def imagefolder_cfg(tmp_path: Path):
 @pytest.fixture
 def synthetic_cfg(tmp_path: Path):
     return compose_rung("patch4", ["profile=smoke", "data=synthetic", "data.num_train=40", "data.num_test=30",
-                                   "data.val_size=8", "data.train_subset=null", "data.test_subset=12",
+                                   "data.val_size=8", "data.batch_size=8", "data.train_subset=null", "data.test_subset=12",
                                    f"output_root={tmp_path}", *OTHER_SEEDS])
 
 
