@@ -8,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import CONF_DIR, RUNGS, compose_rung, scaled_epochs, seed_suffix
+from vitladder.config import CONF_DIR, RUNGS, compose_rung, scale_epochs, scaled_epochs, seed_suffix
 from vitladder.errors import UserError
 
 
@@ -56,8 +56,12 @@ def test_each_rung_differs_from_the_one_before_by_exactly_its_delta(profile):
         current = resolved(compose_rung(rung, [f"profile={profile}"]))
         delta = step_delta(rung)
         changed = {key for key in current if current[key] != previous.get(key)}
-        # run_dir follows the rung's name; everything else that changed is in the delta.
-        assert changed - {"run_dir"} == {key for key in delta if previous.get(key) != delta[key]}, rung
+        # Interpolated keys follow: run_dir (and the Trainer's default_root_dir) the rung's name,
+        # trainer.max_epochs optim.epochs; everything else that changed is in the delta.
+        derived = {"run_dir", "trainer.default_root_dir", "trainer.max_epochs"}
+        assert changed - derived == {key for key in delta if previous.get(key) != delta[key]}, rung
+        assert current["trainer.default_root_dir"] == current["run_dir"]
+        assert current["trainer.max_epochs"] == scale_epochs(current["optim.epochs"], current["profile.epoch_scale"])
         assert all(current[key] == value for key, value in delta.items()), rung
         assert current["rung"] == rung
         previous = current
@@ -68,7 +72,7 @@ def test_the_ladder_turns_on_each_fix_in_turn():
     assert top.model.patch_size == 4 and top.data.random_crop_padding == 4 and top.data.horizontal_flip
     assert top.optim.warmup_epochs > 0 and top.loss.label_smoothing == 0.1
     assert top.mixup.mixup_alpha > 0 and top.mixup.cutmix_alpha > 0 and top.model.drop_path_rate > 0
-    assert top.trainer.max_epochs == 200
+    assert top.optim.epochs == 200 and top.trainer.max_epochs == 200
     bottom = compose_rung("patch8")
     assert bottom.model.patch_size == 8 and bottom.data.random_crop_padding == 0
     assert bottom.optim.warmup_epochs == 0 and bottom.loss.label_smoothing == 0
@@ -101,7 +105,7 @@ def run_train(*args: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_cfg_job_prints_the_resolved_rung(repo_root):
-    result = run_train("+step=warmup", "--cfg", "job", "--resolve", cwd=repo_root)
+    result = run_train("step=warmup", "--cfg", "job", "--resolve", cwd=repo_root)
     assert result.returncode == 0, result.stderr
     printed = OmegaConf.create(result.stdout)
     assert printed.rung == "warmup" and printed.optim.warmup_epochs == 5 and printed.model.patch_size == 4
@@ -118,4 +122,4 @@ def test_unknown_rung_on_the_command_line_exits_non_zero_with_one_line(repo_root
 
 def test_no_rung_asks_for_one(repo_root):
     result = run_train("trainer.max_epochs=1", cwd=repo_root)
-    assert result.returncode != 0 and "+step=<rung>" in result.stderr
+    assert result.returncode == 2 and "step=<rung>" in result.stderr

@@ -51,7 +51,9 @@ class LadderModule(L.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
+        # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger).
+        self.save_hyperparameters(logger=False)
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes

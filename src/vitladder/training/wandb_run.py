@@ -158,11 +158,19 @@ def rung_run(cfg: DictConfig, run_dir: Path) -> dict:
     )
 
 
+def wandb_config(cfg: DictConfig) -> dict:
+    """The run's W&B config: the resolved Hydra config, plus the rung's position in the ladder so that
+    dashboards can order rungs."""
+    from vitladder.config import rung_index
+
+    return {**OmegaConf.to_container(cfg, resolve=True), "rung_index": rung_index(cfg.rung)}
+
+
 def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
     mode = resolve_mode(cfg.wandb.mode)
     return WandbLogger(
         **rung_run(cfg, run_dir),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=wandb_config(cfg),
         save_dir=str(run_dir),
         id=run_id(run_dir),
         resume="allow",
