@@ -169,7 +169,7 @@ def range_errors(cfg: DictConfig) -> list[str]:
         except MissingMandatoryValue:
             continue  # validate reports it as missing
         if value is not _ABSENT and not in_range(value):
-            shown = repr(value) if isinstance(value, str) else value
+            shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
     if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
         errors.append(f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
