@@ -57,8 +57,8 @@ def changed_recipe_message(run_dir: Path, changes: list[tuple[str, Any, Any]], f
     else:
         what = f"{state} whose config.yaml is missing or unreadable, so its recipe is unknown"
     return (f"{run_dir} holds {what}: to keep it, train under another ladder name (ladder=NAME, or "
-            f"make ladder LADDER=NAME); to replace it, add overwrite=true (the old folder is moved to "
-            f"{run_dir.name}.replaced-<time>/)")
+            f"make ladder LADDER=NAME); to replace it, add overwrite=true (make ladder ARGS=overwrite=true; "
+            f"the old folder is moved to {run_dir.name}.replaced-<time>/)")
 
 
 def move_aside(run_dir: Path) -> Path:
