@@ -137,7 +137,7 @@ def test_the_config_is_typed_by_the_schema():
     for name, schema in DATA_SCHEMAS.items():
         overrides = [f"data={name}"] + (["data.root=x"] if name == "imagefolder" else [])
         assert OmegaConf.get_type(compose_rung("warmup", overrides), "data") is schema
-    assert compose_rung("warmup", ["data=imagefolder", "data.root=x"]).data.max_file_mib == 4
+    assert compose_rung("warmup", ["data=imagefolder", "data.root=x", "data.max_file_mib=0.5"]).data.max_file_mib == 0.5
     assert sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")) == sorted(DATA_SCHEMAS)
 
 
@@ -176,6 +176,8 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
     (["wandb.mode=bogus"], "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled"),
     (["ladder=../../x"], "ladder='../../x' is not valid: ladder must be a plain folder name"),
     (["ladder=.hidden"], "ladder='.hidden' is not valid"),
+    (["data=imagefolder", "data.root=x", "data.max_file_mib=0"], "data.max_file_mib=0.0 is not valid: "
+                                                                  "data.max_file_mib must be above 0"),
     (["model.embed_dim=50"], "model.embed_dim=50 is not valid: it must be a multiple of model.num_heads=6"),
     (["trainer.max_epochs=null"], "trainer.max_epochs=null is not valid: trainer.max_epochs must be at least 1"),
 ])

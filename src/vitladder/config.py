@@ -144,6 +144,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
     ("data.num_train", lambda v: v >= 1, "at least 1", "10000"),
     ("data.num_test", lambda v: v >= 1, "at least 1", "2000"),
+    ("data.max_file_mib", lambda v: v > 0, "above 0 (MiB)", "4"),
     ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
     ("ladder", lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
      "a plain folder name (letters, digits, '.', '_', '-'; no '/')", "my-ladder"),

@@ -49,7 +49,7 @@ class Cifar10Data(DataConfig):
 class ImageFolderData(DataConfig):
     root: str = MISSING
     cache_dir: str = MISSING
-    max_file_mib: int = 4  # files (and archive members) larger than this are refused before they are read
+    max_file_mib: float = 4  # MiB: larger files (and archive members) are refused before they are read
 
 
 @dataclass
