@@ -166,14 +166,16 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
      "trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer or null, e.g. trainer.max_epochs=100"),
     (["model.patch_size=1.5"], "model.patch_size='1.5' is not valid: model.patch_size takes an integer, e.g. "
                                "model.patch_size=4"),
-    (["optim.betas=3"], "optim.betas='3' is not valid: optim.betas takes a list of numbers, e.g. optim.betas=[0.9,0.999]"),
+    (["optim.betas=3"],
+     "optim.betas='3' is not valid: optim.betas takes a list of numbers, e.g. optim.betas=[0.9,0.999]"),
     (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
     (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
     (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
     (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
     (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
     (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
-    (["wandb.mode=bogus"], "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled"),
+    (["wandb.mode=bogus"],
+     "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled"),
     (["ladder=../../x"], "ladder='../../x' is not valid: ladder must be a plain folder name"),
     (["ladder=.hidden"], "ladder='.hidden' is not valid"),
     (["data=imagefolder", "data.root=x", "data.max_file_mib=0"], "data.max_file_mib=0.0 is not valid: "

@@ -119,6 +119,6 @@ def _current_value(key: str, overrides: Sequence[str]) -> str | None:
         return str(value).lower()
     if value is None:
         return "null"
-    if hasattr(value, "_content") or isinstance(value, (list, dict)):
-        return f"[{','.join(str(v) for v in OmegaConf.to_container(value))}]" if OmegaConf.is_list(value) else None
-    return str(value)
+    if OmegaConf.is_list(value):
+        return f"[{','.join(str(v) for v in value)}]"
+    return None if OmegaConf.is_config(value) else str(value)

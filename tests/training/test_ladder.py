@@ -105,7 +105,8 @@ def test_format_seconds():
 def test_smoke_ladder_trains_every_rung(repo_root, tmp_path, child_env):
     started = time.time()
     result = subprocess.run(
-        [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}", "trainer.enable_progress_bar=false"],
+        [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}",
+         "trainer.enable_progress_bar=false"],
         cwd=repo_root, capture_output=True, text=True, timeout=1800, env=child_env(),
     )
     elapsed = time.time() - started
