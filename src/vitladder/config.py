@@ -28,6 +28,7 @@ RUNGS: tuple[str, ...] = (
 )
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
+WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
@@ -148,7 +149,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
     ("ladder", lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
      "a plain folder name (letters, digits, '.', '_', '-'; no '/')", "my-ladder"),
-    ("wandb.mode", lambda v: v in WANDB_MODES, f"one of {', '.join(WANDB_MODES)}", "offline"),
+    ("wandb.mode", lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline"),
     ("model.patch_size", lambda v: v >= 1 and 32 % v == 0, "a divisor of 32, the image size", "4"),
     ("model.num_heads", lambda v: v >= 1, "at least 1", "6"),
     ("model.depth", lambda v: v >= 1, "at least 1", "7"),
