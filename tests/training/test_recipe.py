@@ -76,3 +76,18 @@ def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
     assert replaced == read_summary(paths.root) and paths.done.stat().st_mtime_ns > stamps[paths.done]
     # The report reads the rung's folder, not the replaced one.
     assert [run.path for result in collect(paths.root.parent) for run in result.runs] == [paths.root]
+
+
+def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path):
+    from vitladder.training.lock import RunLocked, run_lock
+    from vitladder.training.run import set_aside
+
+    paths = RunPaths(tmp_path / "smoke" / "patch8")
+    paths.root.mkdir(parents=True)
+    paths.done.write_text("{}")
+    with run_lock(paths.root):  # held as a training process holds it
+        with pytest.raises(RunLocked, match="in use by another process"):
+            set_aside(paths)
+    assert paths.done.is_file() and [p.name for p in paths.root.parent.iterdir()] == ["patch8"]
+    set_aside(paths)  # once free, it moves
+    assert [p.name.split("-")[0] for p in paths.root.parent.iterdir()] == ["patch8.replaced"]
