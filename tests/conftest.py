@@ -143,7 +143,7 @@ def smoke_ladder(tmp_path_factory) -> Path:
         "profile=smoke", "data=synthetic", "data.num_train=600", "data.num_test=100", "data.val_size=100",
         "data.train_subset=null", "data.test_subset=null", "data.batch_size=100", "analysis.num_images=20",
         "analysis.track_images=8", "profile.epoch_scale=0.02", "trainer.log_every_n_steps=1",
-        "trainer.progress_bar=false", f"output_root={root}",
+        "trainer.enable_progress_bar=false", f"output_root={root}",
     ])
     train_rung(cfg)
     ladder = Path(cfg.run_dir).parent

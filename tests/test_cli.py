@@ -12,7 +12,7 @@ import pytest
 from vitladder.training.wandb_run import resolve_mode
 
 TINY = ["profile=smoke", "data.num_train=300", "data.num_test=50", "data.val_size=50", "data.train_subset=null",
-        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10", "trainer.progress_bar=false"]
+        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10", "trainer.enable_progress_bar=false"]
 
 
 @pytest.fixture
@@ -35,21 +35,35 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
 
 
 @pytest.mark.parametrize("override, needles", [
-    ("trainer.max_epochs=abc", ("trainer.max_epochs", "integer")),
+    ("trainer.max_epochs=abc", ("trainer.max_epochs='abc' is not valid", "takes an integer")),
     ("data.horizontal_flip=maybe", ("data.horizontal_flip", "true or false")),
-    ("trainer.max_epoch=3", ("trainer.max_epoch", "+trainer.max_epoch=3")),
-    ("data=imagenet", ("data/imagenet", "cifar10, imagefolder, synthetic")),
+    ("trainer.max_epoch=3", ("trainer.max_epoch: no such key; did you mean trainer.max_epochs?",)),
+    ("+optim.lrr=1", ("optim.lrr: no such key; did you mean optim.lr?",)),  # with the +: still the schema's
+    ("data=imagenet", ("data=imagenet: no such choice", "data/imagenet", "cifar10, imagefolder, synthetic")),
     ("data.batch_size=[", ("malformed override 'data.batch_size=['", "key=value")),
+    # Values in range, checked before any folder exists (seed=-1 used to create <rung>-seed-1/ first).
+    ("data.batch_size=0", ("data.batch_size=0 is not valid", "at least 1")),
+    ("data.val_size=-5", ("data.val_size=-5 is not valid", "at least 1")),
+    ("seed=-1", ("seed=-1 is not valid", "between 0 and")),
+    ("wandb.mode=bogus", ("wandb.mode='bogus' is not valid", "auto, online, offline, disabled")),
+    ("ladder=../../x", ("ladder='../../x' is not valid", "plain folder name")),
 ])
 def test_malformed_overrides(train, tmp_path, override, needles):
-    result = train("+step=patch8", override, f"output_root={tmp_path}")
+    result = train("step=patch8", override, f"output_root={tmp_path}")
     assert_one_line_error(result, *needles)
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir()), "nothing written"
+
+
+def test_a_sweep_is_checked_job_by_job_before_any_job_runs(train, tmp_path):
+    result = train("-m", "step=patch8,augment", "seed=0,-1", f"output_root={tmp_path}")
+    assert_one_line_error(result, "seed=-1 is not valid")
+    assert not any(tmp_path.iterdir()), "not even the seed-0 jobs ran"
 
 
 def test_missing_data_folder(train, tmp_path):
     missing = tmp_path / "no-such-folder"
-    result = train("+step=patch8", "data=imagefolder", f"data.root={missing}", f"output_root={tmp_path / 'out'}")
+    result = train("step=patch8", "data=imagefolder", f"data.root={missing}", f"output_root={tmp_path / 'out'}")
     assert_one_line_error(result, str(missing))
     assert not (tmp_path / "out").exists()
 
@@ -57,7 +71,7 @@ def test_missing_data_folder(train, tmp_path):
 def test_corrupted_archive(train, tmp_path):
     archive = tmp_path / "cifar.tar.xz"
     archive.write_bytes(b"\xfd7zXZ\x00 this is not really an archive" * 10)
-    result = train("+step=patch8", "data=imagefolder", f"data.root={archive}", f"output_root={tmp_path / 'out'}")
+    result = train("step=patch8", "data=imagefolder", f"data.root={archive}", f"output_root={tmp_path / 'out'}")
     assert_one_line_error(result, str(archive))
 
 
@@ -69,7 +83,7 @@ def test_unwritable_output_folder(train, tmp_path):
 
 
 def test_nan_loss_names_the_epoch(train, tmp_path):
-    result = train("+step=patch8", *TINY, "optim.lr=1e30", f"output_root={tmp_path}")
+    result = train("step=patch8", *TINY, "optim.lr=1e30", f"output_root={tmp_path}")
     assert_one_line_error(result, "epoch 0", "optim.lr")
     assert not (tmp_path / "smoke" / "patch8" / "done.json").exists()
 
@@ -91,3 +105,5 @@ def test_training_goes_on_offline_when_online_is_asked_without_a_network(train, 
     assert "unreachable" in result.stderr
     run_dir = tmp_path / "smoke" / "patch8"
     assert (run_dir / "done.json").is_file() and list((run_dir / "wandb").glob("offline-run-*"))
+    # Lightning's lines once: Hydra's logging config no longer repeats them through the root logger.
+    assert (result.stdout + result.stderr).count("`Trainer.fit` stopped") == 1, result.stdout

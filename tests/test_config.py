@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import CONF_DIR, RUNGS, compose_rung, scaled_epochs, seed_suffix
+from vitladder.config import CONF_DIR, RUNGS, compose_rung, scale_epochs, scaled_epochs, seed_suffix
 from vitladder.errors import UserError
 
 
@@ -56,8 +57,12 @@ def test_each_rung_differs_from_the_one_before_by_exactly_its_delta(profile):
         current = resolved(compose_rung(rung, [f"profile={profile}"]))
         delta = step_delta(rung)
         changed = {key for key in current if current[key] != previous.get(key)}
-        # run_dir follows the rung's name; everything else that changed is in the delta.
-        assert changed - {"run_dir"} == {key for key in delta if previous.get(key) != delta[key]}, rung
+        # Interpolated keys follow: run_dir (and the Trainer's default_root_dir) the rung's name,
+        # trainer.max_epochs optim.epochs; everything else that changed is in the delta.
+        derived = {"run_dir", "trainer.default_root_dir", "trainer.max_epochs"}
+        assert changed - derived == {key for key in delta if previous.get(key) != delta[key]}, rung
+        assert current["trainer.default_root_dir"] == current["run_dir"]
+        assert current["trainer.max_epochs"] == scale_epochs(current["optim.epochs"], current["profile.epoch_scale"])
         assert all(current[key] == value for key, value in delta.items()), rung
         assert current["rung"] == rung
         previous = current
@@ -68,7 +73,7 @@ def test_the_ladder_turns_on_each_fix_in_turn():
     assert top.model.patch_size == 4 and top.data.random_crop_padding == 4 and top.data.horizontal_flip
     assert top.optim.warmup_epochs > 0 and top.loss.label_smoothing == 0.1
     assert top.mixup.mixup_alpha > 0 and top.mixup.cutmix_alpha > 0 and top.model.drop_path_rate > 0
-    assert top.trainer.max_epochs == 200
+    assert top.optim.epochs == 200 and top.trainer.max_epochs == 200
     bottom = compose_rung("patch8")
     assert bottom.model.patch_size == 8 and bottom.data.random_crop_padding == 0
     assert bottom.optim.warmup_epochs == 0 and bottom.loss.label_smoothing == 0
@@ -101,7 +106,7 @@ def run_train(*args: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_cfg_job_prints_the_resolved_rung(repo_root):
-    result = run_train("+step=warmup", "--cfg", "job", "--resolve", cwd=repo_root)
+    result = run_train("step=warmup", "--cfg", "job", "--resolve", cwd=repo_root)
     assert result.returncode == 0, result.stderr
     printed = OmegaConf.create(result.stdout)
     assert printed.rung == "warmup" and printed.optim.warmup_epochs == 5 and printed.model.patch_size == 4
@@ -118,4 +123,112 @@ def test_unknown_rung_on_the_command_line_exits_non_zero_with_one_line(repo_root
 
 def test_no_rung_asks_for_one(repo_root):
     result = run_train("trainer.max_epochs=1", cwd=repo_root)
-    assert result.returncode != 0 and "+step=<rung>" in result.stderr
+    assert result.returncode == 2 and "step=<rung>" in result.stderr
+
+
+# --- the schema ---------------------------------------------------------------------------------------
+
+
+def test_the_config_is_typed_by_the_schema():
+    from vitladder.config_schema import DATA_SCHEMAS, Config
+
+    cfg = compose_rung("warmup")
+    assert OmegaConf.get_type(cfg) is Config
+    for name, schema in DATA_SCHEMAS.items():
+        overrides = [f"data={name}"] + (["data.root=x"] if name == "imagefolder" else [])
+        assert OmegaConf.get_type(compose_rung("warmup", overrides), "data") is schema
+    assert compose_rung("warmup", ["data=imagefolder", "data.root=x", "data.max_file_mib=0.5"]).data.max_file_mib == 0.5
+    assert sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")) == sorted(DATA_SCHEMAS)
+
+
+def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
+    import dataclasses
+    import inspect
+
+    import lightning as L
+
+    from vitladder.config_schema import TrainerConfig
+
+    supplied_by_the_run = {"self", "logger", "callbacks", "plugins"}
+    parameters = {name: p.default for name, p in inspect.signature(L.Trainer.__init__).parameters.items()
+                  if name not in supplied_by_the_run}
+    fields = {f.name: f.default for f in dataclasses.fields(TrainerConfig)}
+    assert fields == parameters
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
+    (["+optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
+    (["+trainer.max_epoch=3"], "trainer.max_epoch: no such key; did you mean trainer.max_epochs?"),
+    (["data.num_train=5"], "data.num_train: no such key with data=cifar10; it belongs to data=synthetic"),
+    (["+optim.lr=3"], "+optim.lr=3: optim.lr is already a key; set it without the +: optim.lr=3"),
+    (["trainer.max_epochs=abc"],
+     "trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer or null, e.g. trainer.max_epochs=100"),
+    (["model.patch_size=1.5"], "model.patch_size='1.5' is not valid: model.patch_size takes an integer, e.g. "
+                               "model.patch_size=4"),
+    (["optim.betas=3"],
+     "optim.betas='3' is not valid: optim.betas takes a list of numbers, e.g. optim.betas=[0.9,0.999]"),
+    (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
+    (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
+    (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
+    (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
+    (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
+    (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
+    (["wandb.mode=bogus"],
+     "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled"),
+    (["ladder=../../x"], "ladder='../../x' is not valid: ladder must be a plain folder name"),
+    (["ladder=.hidden"], "ladder='.hidden' is not valid"),
+    (["data=imagefolder", "data.root=x", "data.max_file_mib=0"], "data.max_file_mib=0.0 is not valid: "
+                                                                  "data.max_file_mib must be above 0"),
+    (["model.embed_dim=50"], "model.embed_dim=50 is not valid: it must be a multiple of model.num_heads=6"),
+    (["trainer.max_epochs=null"], "trainer.max_epochs=null is not valid: trainer.max_epochs must be at least 1"),
+])
+def test_a_bad_override_is_one_line_naming_the_key(overrides, message):
+    with pytest.raises(UserError) as error:
+        compose_rung("warmup", overrides)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_step_with_or_without_plus_and_trainer_arguments_without_plus():
+    from vitladder.config import compose_config
+
+    assert compose_config(["step=warmup"]) == compose_config(["+step=warmup"]) == compose_rung("warmup")
+    cfg = compose_rung("warmup", ["trainer.gradient_clip_val=1", "trainer.limit_train_batches=3",
+                                  "trainer.val_check_interval=0.5", "trainer.deterministic=true"])
+    assert cfg.trainer.gradient_clip_val == 1.0 and cfg.trainer.limit_train_batches == 3  # an int: a count
+    assert cfg.trainer.val_check_interval == 0.5 and cfg.trainer.deterministic is True
+
+
+def test_the_command_line_is_checked_job_by_job():
+    from vitladder.cli import check_command_line
+
+    check_command_line(["step=warmup", "trainer.gradient_clip_val=1"])
+    check_command_line(["--help"])  # left to Hydra
+    with pytest.raises(UserError, match="unknown rung 'patch99'"):
+        check_command_line(["-m", "step=patch8,patch99"])
+    with pytest.raises(UserError, match="seed=-1 is not valid"):
+        check_command_line(["-m", "step=patch8,augment", "seed=0,-1"])
+    with pytest.raises(UserError, match="optim.lrr: no such key"):
+        check_command_line(["+step=patch8", "optim.lrr=1", "hydra.verbose=true"])
+
+
+def test_help_shows_the_rungs_groups_overrides_and_outputs(repo_root):
+    result = run_train("--help", cwd=repo_root)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    positions = [text.index(f"  {rung} ") for rung in RUNGS]
+    assert positions == sorted(positions), "the rungs in ladder order"
+    for group in ("data", "profile"):
+        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        assert f"{group}={'|'.join(options)}" in text
+    for needle in ("trainer.gradient_clip_val=1.0", "overwrite=true", "ladder=NAME", "outputs/<ladder>/<rung>/",
+                   "--cfg job --resolve", "-sc install=bash"):
+        assert needle in text, needle
+
+
+def test_shell_completion_knows_the_schema(repo_root):
+    env = {**os.environ, "COMP_LINE": "python train.py trainer.gradient_cl"}
+    result = subprocess.run([sys.executable, "train.py", "-sc", "query=bash"], cwd=repo_root, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "trainer.gradient_clip_val=" in result.stdout.split()

@@ -6,7 +6,7 @@ import functools
 import sys
 from typing import Callable, Sequence, TypeVar
 
-from vitladder.config import RUNGS, check_rung, compose_rung, is_step_override
+from vitladder.config import RUNGS, check_rung, compose_config, is_step_override
 from vitladder.errors import UserError, describe_os_error
 
 F = TypeVar("F", bound=Callable)
@@ -34,19 +34,36 @@ def reports_user_errors(func: F) -> F:
 
 
 def check_command_line(argv: Sequence[str]) -> None:
-    """Composes the run before Hydra does, so that an unknown rung, key or malformed value is one
-    line naming the valid choices instead of Hydra's multi-line report."""
-    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-") and not arg.startswith("hydra")]
-    steps = [arg.partition("=")[2] for arg in overrides if is_step_override(arg)]
-    for rung in ",".join(steps).split(","):  # multirun: +step=patch8,augment
-        if rung.strip():
-            check_rung(rung.strip())
-    if any(arg in ("-m", "--multirun") for arg in argv) or len(steps) != 1 or "," in steps[0]:
-        return  # sweeps are composed job by job; require_rung reports a missing rung
-    rest = [arg for arg in overrides if not is_step_override(arg)]
-    compose_rung(steps[0], rest)
+    """Composes and validates every job of train.py's command line before Hydra runs it, so that a mistake
+    is one line and exit 2 (Hydra would print several lines and exit 1) and nothing is written.
+
+    Hydra's own argument parser and sweep expansion read the command line; a sweep (`-m step=a,b`) is
+    checked job by job. Help, completion and other config files are left to Hydra."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    left_to_hydra = ("help", "hydra_help", "shell_completion", "info", "config_path", "config_name", "config_dir")
+    if any(getattr(args, name, None) for name in left_to_hydra):
+        return
+    overrides = [o for o in args.overrides if not o.lstrip("+~").startswith("hydra")]  # Hydra's own settings
+    for override in overrides:  # an unknown rung names the ladder's rungs, in order
+        if is_step_override(override) and not override.startswith("~"):
+            for rung in override.partition("=")[2].split(","):
+                check_rung(rung.strip())
+    jobs = [overrides]
+    if args.multirun:
+        try:
+            parsed = OverridesParser.create().parse_overrides(overrides)
+            jobs = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+        except HydraException:
+            jobs = []  # a sweep this expansion does not know (ranges, another sweeper): each job validates itself
+    for job in jobs:
+        compose_config(job)  # no rung: require_rung says so once Hydra has composed the config
 
 
 def require_rung(rung: str) -> None:
     if rung not in RUNGS:
-        raise UserError(f"choose a rung with +step=<rung>, one of {', '.join(RUNGS)}")
+        raise UserError(f"choose a rung with step=<rung>, one of {', '.join(RUNGS)}")

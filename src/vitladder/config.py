@@ -1,12 +1,16 @@
-"""Where the Hydra configs live, the ladder's rungs, and composing a rung's config in code."""
+"""Where the Hydra configs live, the ladder's rungs, composing a rung's config in code, and the checks
+the schema (config_schema.py) cannot make."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from vitladder.config_schema import Config, register_schema
 from vitladder.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -23,15 +27,36 @@ RUNGS: tuple[str, ...] = (
     "epochs200",
 )
 
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
+MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
+
+register_schema()  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
+
 
 def seed_suffix(seed: int) -> str:
     """Seed 0 trains into outputs/<ladder>/<rung>/, any other seed into <rung>-seed<k>/."""
     return "" if int(seed) == 0 else f"-seed{int(seed)}"
 
 
+def scale_epochs(epochs: int, scale: float) -> int:
+    """trainer.max_epochs: the recipe's optim.epochs times the profile's epoch_scale, at least 1."""
+    return max(1, round(int(epochs) * float(scale)))
+
+
+def auto_precision() -> str:
+    """trainer.precision's default: bf16 autocast on CUDA, full precision on the CPU."""
+    import torch
+
+    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
+
+
 def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("seed_suffix"):
-        OmegaConf.register_new_resolver("seed_suffix", seed_suffix)
+    for name, resolver in (("seed_suffix", seed_suffix), ("scale_epochs", scale_epochs),
+                           ("auto_precision", auto_precision)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
 
 
 def rung_index(rung: str) -> int | None:
@@ -46,73 +71,115 @@ def check_rung(rung: str) -> str:
 
 
 def is_step_override(override: str) -> bool:
-    """Whether a command-line override picks the rung: `+step=patch8`, `step=augment`, `~step`."""
+    """Whether a command-line override picks the rung: `step=augment`, `+step=patch8`, `~step`."""
     return override.partition("=")[0].lstrip("+~") == "step"
 
 
-def _leaves(node: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(node, dict):
-        leaves: dict[str, object] = {}
-        for key, value in node.items():
-            leaves.update(_leaves(value, f"{prefix}{key}."))
-        return leaves
-    return {prefix[:-1]: node}
-
-
-def check_types(cfg: DictConfig) -> None:
-    """A number or switch of the base config given as something else (`trainer.max_epochs=abc`) is
-    a one-line error here rather than a traceback deep in training."""
-    base = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"), resolve=False)
-    base.pop("defaults", None)
-    base.pop("hydra", None)
-    for key, default in _leaves(base).items():
-        if not isinstance(default, (bool, int, float)):
-            continue  # strings, lists and nulls take anything
-        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        if value is None:
-            continue
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        else:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and (isinstance(value, int) or not isinstance(default, int) or float(value).is_integer())
-        if not ok:
-            kind = "true or false" if isinstance(default, bool) else "an integer" if isinstance(default, int) else "a number"
-            example = str(default).lower() if isinstance(default, bool) else default
-            raise UserError(f"{key}={value!r} is not valid: {key} takes {kind}, e.g. {key}={example}")
+def accept_plus_step(overrides: Sequence[str]) -> list[str]:
+    """`+step=<rung>` as `step=<rung>`. conf/config.yaml lists `step: null`, so Hydra's form is
+    `step=<rung>`; Hydra refuses `+` on a group already in the defaults list, and `+step=` is what
+    earlier versions of this project (and many Hydra projects) document."""
+    return [override.lstrip("+") if override.startswith("+") and is_step_override(override) else override
+            for override in overrides]
 
 
 def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """The config `python train.py +step=<rung> <overrides>` would run, composed in-process."""
+    """The config `python train.py step=<rung> <overrides>` would run, composed in-process and validated."""
+    check_rung(rung)
+    return compose_config([f"step={rung}", *overrides])
+
+
+def compose_config(overrides: Sequence[str]) -> DictConfig:
+    """conf/config.yaml with command-line overrides, as Hydra composes it for train.py; a mistake is one
+    UserError line (config_errors.py) rather than Hydra's report."""
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
+
+    from vitladder.config_errors import explain
 
     register_resolvers()
-    check_rung(rung)
+    overrides = accept_plus_step(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"+step={rung}", *overrides])
-    except OverrideParseException as error:
-        raise UserError(
-            f"malformed override {error.override!r} ({error.message.strip().splitlines()[0]}): write key=value, "
-            "quoting a value with spaces or brackets, e.g. 'data.root=\"/data/my cifar\"'"
-        ) from None
-    except (HydraException, OmegaConfBaseException) as error:
-        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-        hint = next((line for line in lines if line.startswith("To append")), "")
-        if any(line.startswith("Available options") for line in lines):
-            start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
-            options = [line for line in lines[start + 1 :] if " " not in line]
-            hint = f"choose one of {', '.join(options)}"
-        raise UserError(f"{lines[0].rstrip('.')}{': ' + hint if hint else ''} (overrides: {' '.join(overrides)})") from None
-    check_types(cfg)
+            cfg = compose(config_name="config", overrides=list(overrides))
+    except Exception as error:
+        raise explain(error, overrides) from None
+    validate(cfg, overrides)
     return cfg
 
 
+def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
+    """What the schema's types cannot say, checked before anything is written: keys Hydra force-added
+    with `+`, values left unset, and ranges. Raises a one-line UserError."""
+    from vitladder.config_errors import explain
+
+    try:
+        # Hydra adds a `+key=value` with OmegaConf's force_add, past the schema: merging the plain values
+        # into the schema again refuses a key it does not declare.
+        schema = OmegaConf.structured(Config)
+        schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
+        OmegaConf.merge(schema, OmegaConf.to_container(cfg))
+    except OmegaConfBaseException as error:
+        raise explain(error, overrides) from None
+    try:
+        errors = range_errors(cfg)  # first: they need no torch import (trainer.precision's resolver does)
+    except OmegaConfBaseException as error:
+        raise explain(error, overrides) from None
+    if errors:
+        raise UserError(errors[0])
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UserError(f"{missing[0]} has no value: give one on the command line, {missing[0]}=...")
+    try:
+        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves, to a value of its type
+    except OmegaConfBaseException as error:
+        raise explain(error, overrides) from None
+
+
+_ABSENT = object()
+
+# key, whether a value is in range, what the range is, an example value
+RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
+    ("data.batch_size", lambda v: v >= 1, "at least 1", "64"),
+    ("data.val_size", lambda v: v >= 1, "at least 1 (the training images held out for validation)", "500"),
+    ("data.train_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
+    ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
+    ("data.num_train", lambda v: v >= 1, "at least 1", "10000"),
+    ("data.num_test", lambda v: v >= 1, "at least 1", "2000"),
+    ("data.max_file_mib", lambda v: v > 0, "above 0 (MiB)", "4"),
+    ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
+    ("ladder", lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
+     "a plain folder name (letters, digits, '.', '_', '-'; no '/')", "my-ladder"),
+    ("wandb.mode", lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline"),
+    ("model.patch_size", lambda v: v >= 1 and 32 % v == 0, "a divisor of 32, the image size", "4"),
+    ("model.num_heads", lambda v: v >= 1, "at least 1", "6"),
+    ("model.depth", lambda v: v >= 1, "at least 1", "7"),
+    ("model.drop_path_rate", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
+    ("loss.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
+    ("optim.epochs", lambda v: v >= 1, "at least 1", "100"),
+    ("trainer.max_epochs", lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100"),
+    ("optim.lr", lambda v: v > 0, "above 0", "1e-3"),
+    ("profile.epoch_scale", lambda v: v > 0, "above 0", "0.1"),
+)
+
+
+def range_errors(cfg: DictConfig) -> list[str]:
+    """One message per value out of range (keys the chosen data source lacks are skipped)."""
+    errors = []
+    for key, in_range, what, example in RANGES:
+        try:
+            value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+        except MissingMandatoryValue:
+            continue  # validate reports it as missing
+        if value is not _ABSENT and not in_range(value):
+            shown = repr(value) if isinstance(value, str) else "null" if value is None else value
+            errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
+    if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
+        errors.append(f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
+                      f"model.num_heads={cfg.model.num_heads}, e.g. model.embed_dim={64 * cfg.model.num_heads}")
+    return errors
+
+
 def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
-    """(max_epochs, warmup_epochs) after the profile's epoch_scale (smoke trains 1% of them)."""
-    scale = float(cfg.profile.epoch_scale)
-    max_epochs = max(1, round(int(cfg.trainer.max_epochs) * scale))
-    warmup_epochs = float(cfg.optim.warmup_epochs) * scale
-    return max_epochs, warmup_epochs
+    """(max_epochs, warmup_epochs) as trained: trainer.max_epochs (optim.epochs after the profile's
+    epoch_scale, or set directly) and optim.warmup_epochs after the same scale (smoke trains 1% of them)."""
+    return int(cfg.trainer.max_epochs), float(cfg.optim.warmup_epochs) * float(cfg.profile.epoch_scale)

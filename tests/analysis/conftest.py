@@ -24,7 +24,7 @@ TINY_ANALYSIS = ["analysis.num_images=40", "analysis.batch_size=16", "analysis.e
 def tiny_overrides(root: Path) -> list[str]:
     """The smoke profile on a tiny synthetic set; 2 epochs; outputs under ``root``."""
     return ["profile=smoke", *TINY_DATA, *TINY_ANALYSIS, "profile.epoch_scale=0.02", f"output_root={root}",
-            "trainer.progress_bar=false"]
+            "trainer.enable_progress_bar=false"]
 
 
 @dataclass

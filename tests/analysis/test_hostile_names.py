@@ -111,7 +111,7 @@ def test_a_run_on_class_folders_named_like_maths_and_markup_finishes(
     cfg = compose_rung("patch8", [
         "profile=smoke", "data=imagefolder", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
         "data.val_size=4", "data.train_subset=null", "data.test_subset=null", "data.batch_size=10",
-        f"output_root={tmp_path / 'out'}", "trainer.progress_bar=false", "analysis.num_images=8",
+        f"output_root={tmp_path / 'out'}", "trainer.enable_progress_bar=false", "analysis.num_images=8",
         "analysis.batch_size=8", "analysis.track_every_n_epochs=0",
     ])
     summary = train_rung(cfg)

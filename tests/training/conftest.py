@@ -17,7 +17,7 @@ def tiny_cfg(tmp_path):
     def make(rung: str, *overrides: str):
         return compose_rung(
             rung,
-            ["profile=smoke", *TINY_DATA, f"output_root={tmp_path}", "trainer.progress_bar=false", *overrides],
+            ["profile=smoke", *TINY_DATA, f"output_root={tmp_path}", "trainer.enable_progress_bar=false", *overrides],
         )
 
     return make

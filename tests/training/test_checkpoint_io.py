@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from vitladder.cli import reports_user_errors
 from vitladder.errors import CheckpointError
@@ -76,6 +77,7 @@ def test_a_pickle_payload_as_last_ckpt_runs_nothing_on_resume(tiny_cfg, tmp_path
     paths = RunPaths(Path(cfg.run_dir))
     marker = tmp_path / "payload-ran"
     payload_checkpoint(paths.last_ckpt, marker, {"epoch": 0, "state_dict": {}, "loops": {}})
+    paths.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))  # an interrupted run of this very recipe
     with pytest.raises(SystemExit) as exit_info:
         reports_user_errors(train_rung)(cfg)  # what train.py runs
     err = capsys.readouterr().err

@@ -17,7 +17,7 @@ from vitladder.training.run import train_rung
 
 TINY = ["profile=smoke", "data=synthetic", "data.num_train=300", "data.num_test=50", "data.val_size=50",
         "data.train_subset=null", "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10",
-        "trainer.progress_bar=false"]
+        "trainer.enable_progress_bar=false"]
 HOLDER = ("import sys, time; from pathlib import Path; from vitladder.training.lock import run_lock\n"
           "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)")
 

@@ -108,7 +108,7 @@ def wait_for(condition, process: subprocess.Popen, timeout_s: float = 300) -> No
 def test_a_ladder_killed_at_any_moment_finishes_when_run_again(repo_root, tmp_path, child_env):
     ladder = tmp_path / "smoke"
     command = [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}",
-               "trainer.progress_bar=false", "profile.epoch_scale=0.02", *TINY]
+               "trainer.enable_progress_bar=false", "profile.epoch_scale=0.02", *TINY]
     env = child_env()
     # Kill points: inside patch8's training (first checkpoint written, second not), the instant augment
     # finished (its done.json just renamed into place), and during patch4's analysis.

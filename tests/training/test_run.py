@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
+from vitladder.training import run as run_module
 from vitladder.training.run import RunPaths, is_finished, train_rung
 
 
@@ -29,11 +31,13 @@ def read_wandb_summary(run_dir: Path) -> dict:
 
 def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     cfg = tiny_cfg("mixup_cutmix", "profile.epoch_scale=0.02")  # 2 epochs
-    summary = train_rung(cfg)
+    summary = train_rung(cfg, overrides=["step=mixup_cutmix", "profile.epoch_scale=0.02"])
     paths = RunPaths(Path(cfg.run_dir))
     assert paths.root == Path(cfg.output_root) / "smoke" / "mixup_cutmix"
-    for path in (paths.config, paths.last_ckpt, paths.model, paths.metrics_csv, paths.done):
+    for path in (paths.config, paths.overrides, paths.last_ckpt, paths.model, paths.metrics_csv, paths.done):
         assert path.is_file(), path
+    assert OmegaConf.load(paths.overrides) == ["step=mixup_cutmix", "profile.epoch_scale=0.02"]
+    assert OmegaConf.load(paths.config) == OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert summary == json.loads(paths.done.read_text()) and summary["epochs"] == 2
 
     rows = list(csv.DictReader(paths.metrics_csv.open()))
@@ -63,11 +67,43 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert summary["uniform_distance_px"] == pytest.approx(16.546, abs=1e-3)
 
     wandb_summary = read_wandb_summary(paths.root)
+    # The W&B config is the resolved Hydra config, once, plus the rung's position in the ladder: nothing
+    # from save_hyperparameters beside it (no top-level max_epochs, warmup_epochs, compile, ...).
+    assert wandb_summary["config"] == {**OmegaConf.to_container(cfg, resolve=True), "rung_index": 5}
+    assert torch.load(paths.last_ckpt, weights_only=False)["hyper_parameters"]["model"]["patch_size"] == 4
     text = json.dumps(wandb_summary)
     for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr", "analysis/layer1/distance_px",
                 "analysis/layer6/entropy_nats", "analysis/layer0/cls_share"):
         assert key in text, key
     assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key
+
+
+class DeterministicOff:
+    """Trainer(deterministic=True) switches torch's global flag on; later tests must not inherit it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(False)
+
+
+def test_trainer_arguments_from_the_command_line_reach_the_trainer(tiny_cfg, monkeypatch):
+    built = []
+    build_trainer = run_module.build_trainer
+    monkeypatch.setattr(run_module, "build_trainer", lambda *args: built.append(build_trainer(*args)) or built[-1])
+    cfg = tiny_cfg("patch8", "trainer.gradient_clip_val=0.5", "trainer.accumulate_grad_batches=2",
+                   "trainer.limit_train_batches=4", "trainer.deterministic=true", "trainer.val_check_interval=0.5",
+                   "analysis.enabled=false")
+    with DeterministicOff():
+        train_rung(cfg)
+        assert torch.are_deterministic_algorithms_enabled()
+    trainer = built[0]
+    assert trainer.gradient_clip_val == 0.5 and trainer.accumulate_grad_batches == 2
+    assert trainer.limit_train_batches == 4 and trainer.val_check_interval == 0.5
+    assert trainer.global_step == 2, "4 batches, 2 per optimizer step"
+    assert trainer.max_epochs == cfg.trainer.max_epochs == 1 and trainer.precision == "32-true"
+    assert trainer.progress_bar_callback is None and trainer.default_root_dir == cfg.run_dir
 
 
 def test_a_finished_rung_is_skipped_untouched(tiny_cfg):
@@ -83,7 +119,7 @@ def test_a_finished_rung_is_skipped_untouched(tiny_cfg):
 def test_the_smoke_model_learns_synthetic_data(tmp_path):
     from vitladder.config import compose_rung
 
-    cfg = compose_rung("warmup", ["profile=smoke", f"output_root={tmp_path}", "trainer.progress_bar=false",
+    cfg = compose_rung("warmup", ["profile=smoke", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
                                   "profile.epoch_scale=0.06", "data.train_subset=4000"])
     summary = train_rung(cfg)
     assert summary["val_acc"] > 0.90, summary
@@ -96,7 +132,7 @@ def test_a_short_run_on_real_cifar10_clearly_beats_chance(tmp_path, cifar10_arch
     cfg = compose_rung("warmup", [
         "profile=smoke", "data=imagefolder", f"data.root={cifar10_archive}", f"data.cache_dir={cifar10_cache_dir}",
         "data.train_subset=10000", "data.test_subset=2000", "data.val_size=1000", "model.embed_dim=96",
-        "profile.epoch_scale=0.05", f"output_root={tmp_path}", "trainer.progress_bar=false",
+        "profile.epoch_scale=0.05", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
     ])
     summary = train_rung(cfg)
     print(f"real CIFAR-10 subset: test acc {summary['test_acc']:.3f} in {summary['seconds']} s")

@@ -30,7 +30,7 @@ from vitladder.training.run import RunPaths, build_module, train_rung
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
 SUBPROCESS_DATA = ["profile=smoke", "data=synthetic", "data.num_train=1200", "data.num_test=200", "data.val_size=200",
                    "data.train_subset=null", "data.test_subset=null", "data.batch_size=64",
-                   "trainer.progress_bar=false", "analysis.num_images=64", "analysis.track_images=16"]
+                   "trainer.enable_progress_bar=false", "analysis.num_images=64", "analysis.track_images=16"]
 
 
 def fit(cfg, module, callbacks=(), **trainer_kwargs):
@@ -208,10 +208,10 @@ def test_a_compiled_run_trains_and_saves_plain_state_dicts(tiny_cfg):
 
     counters.clear()
     # Two blocks keep inductor's CPU compile time down; the compile path is the same at any depth.
-    cfg = tiny_cfg("patch4", "trainer.compile=true", "model.depth=2", "data.num_train=500", "data.val_size=64",
+    cfg = tiny_cfg("patch4", "speed.compile=true", "model.depth=2", "data.num_train=500", "data.val_size=64",
                    "data.num_test=64", "analysis.num_images=32", "analysis.track_images=16")
     summary = train_rung(cfg)
-    assert counters["stats"]["unique_graphs"] > 0, "trainer.compile=true must compile the model"
+    assert counters["stats"]["unique_graphs"] > 0, "speed.compile=true must compile the model"
     assert summary["epochs"] == 1 and 0.0 <= summary["test_acc"] <= 1.0
 
     paths = RunPaths(Path(cfg.run_dir))
@@ -228,7 +228,7 @@ def test_a_compiled_run_trains_and_saves_plain_state_dicts(tiny_cfg):
 
 
 def test_max_time_stops_cleanly_then_tests_and_saves(tiny_cfg):
-    cfg = tiny_cfg("patch8", "trainer.max_epochs=100000", "trainer.max_time=00:00:00:08")  # 1,000 smoke epochs
+    cfg = tiny_cfg("patch8", "trainer.max_epochs=1000", "trainer.max_time=00:00:00:08")
     summary = train_rung(cfg)
     paths = RunPaths(Path(cfg.run_dir))
     assert paths.done.is_file() and paths.model.is_file() and paths.last_ckpt.is_file()
@@ -343,14 +343,14 @@ def compose_with_hydra(overrides: list[str]):
 
 
 def test_the_submitit_slurm_launcher_composes():
-    cfg = compose_with_hydra(["+step=patch8", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"])
+    cfg = compose_with_hydra(["step=patch8", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"])
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert launcher.partition == "gpu"
 
 
 def test_the_projects_slurm_launcher_asks_for_one_task_per_gpu():
-    cfg = compose_with_hydra(["+step=warmup", "hydra/launcher=slurm", "trainer.devices=4", "trainer.strategy=ddp",
+    cfg = compose_with_hydra(["step=warmup", "hydra/launcher=slurm", "trainer.devices=4", "trainer.strategy=ddp",
                               "hydra.launcher.partition=gpu"])
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")

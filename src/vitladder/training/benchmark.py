@@ -39,7 +39,7 @@ from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit, num_parameters
-from vitladder.training.run import build_module, resolve_precision
+from vitladder.training.run import build_module
 
 __all__ = [
     "BenchSettings",
@@ -104,7 +104,7 @@ def bench_config(s: BenchSettings) -> DictConfig:
             f"data.batch_size={s.batch_size}",
             f"model.embed_dim={s.embed_dim}",
             f"trainer.accelerator={s.device}",
-            f"trainer.compile={str(s.compile).lower()}",
+            f"speed.compile={str(s.compile).lower()}",
             "analysis.enabled=false",
         ],
     )
@@ -173,7 +173,7 @@ def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings)
     trainer = L.Trainer(
         accelerator=s.device,
         devices=1,
-        precision=resolve_precision(cfg.trainer.precision),
+        precision=cfg.trainer.precision,
         max_epochs=1,
         limit_train_batches=s.warmup + s.steps + 1,  # the last batch only stops the clock
         limit_val_batches=0,
@@ -202,7 +202,7 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
     optimizer = create_optimizer_v2(model, opt="adamw", lr=optim.lr, weight_decay=optim.weight_decay,
                                     betas=tuple(optim.betas))
     criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
-    autocast = _autocast(device, resolve_precision(cfg.trainer.precision))
+    autocast = _autocast(device, cfg.trainer.precision)
 
     stamps = _StepStamps(s.warmup, s.steps, device)
     for i, (images, labels) in enumerate(_train_batches(datamodule)):
@@ -308,7 +308,7 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     paired = statistics.median(b / p for p, b in zip(project, bare))  # each round's project/bare speed
     return {
         "settings": asdict(s),
-        "precision": resolve_precision(cfg.trainer.precision),
+        "precision": cfg.trainer.precision,
         "parameters": num_parameters(model),
         "project_images_per_s": project_ips,
         "bare_images_per_s": bare_ips,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,6 +18,7 @@ class PlannedRun:
     rung: str
     seed: int
     cfg: DictConfig
+    overrides: list[str] = field(default_factory=list)  # what train.py would be given: kept in the run folder
 
     @property
     def run_dir(self) -> Path:
@@ -44,13 +45,14 @@ def parse_seeds(text: str) -> list[int]:
 
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
     if any(is_step_override(override) for override in overrides):
-        raise UserError("the ladder trains every rung: drop +step=..., or train one rung with "
-                        "python train.py +step=<rung>")
-    return [
-        PlannedRun(rung, seed, compose_rung(rung, [*overrides, f"seed={seed}"]))
-        for seed in seeds
-        for rung in RUNGS
-    ]
+        raise UserError("the ladder trains every rung: drop step=..., or train one rung with "
+                        "python train.py step=<rung>")
+    planned = []
+    for seed in seeds:
+        for rung in RUNGS:
+            run_overrides = [f"step={rung}", *overrides, f"seed={seed}"]
+            planned.append(PlannedRun(rung, seed, compose_rung(rung, run_overrides[1:]), run_overrides))
+    return planned
 
 
 def format_seconds(seconds: float) -> str:
@@ -62,14 +64,17 @@ def format_seconds(seconds: float) -> str:
 
 def run_ladder(
     runs: Sequence[PlannedRun],
-    train: Callable[[DictConfig], dict],
+    train: Callable[..., dict],
     estimate: Callable[[Sequence[DictConfig]], list[float]],
     log: Callable[[str], None] = print,
 ) -> list[dict]:
-    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run."""
-    from vitladder.training.run import is_finished, read_summary
+    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
+    A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
+    trained afresh)."""
+    from vitladder.training.run import is_finished, read_summary, replaces_old_run
 
-    todo = [run for run in runs if not is_finished(run.run_dir)]
+    replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
+    todo = [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
     expected = estimate([run.cfg for run in todo]) if todo else []
@@ -78,7 +83,7 @@ def run_ladder(
     started = time.time()
     for position, run in enumerate(todo):
         log(f"[{position + 1}/{len(todo)}] {run.rung} (seed {run.seed}) -> {run.run_dir}")
-        summary = train(run.cfg)
+        summary = train(run.cfg, overrides=run.overrides)
         elapsed = time.time() - started
         # Rescale what is left by how far off the estimate has been so far.
         ratio = elapsed / max(sum(expected[: position + 1]), 1e-9)

@@ -51,9 +51,12 @@ class LadderModule(L.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        # Named, not read from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
+        # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
+        # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger). Named, not read
+        # from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
         self.save_hyperparameters({"model": model, "optim": optim, "label_smoothing": label_smoothing, "mixup": mixup,
-                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile})
+                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile},
+                                  logger=False)
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes

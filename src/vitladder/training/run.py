@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
@@ -23,9 +23,12 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
 from vitladder.training.module import LadderModule
+from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
 from vitladder.training.wandb_artifacts import log_rung_artifacts
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
+
+log = logging.getLogger(__name__)
 
 DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
 MODEL_FILE = "model.pt"  # the final model, loadable without Lightning
@@ -39,6 +42,10 @@ class RunPaths:
     @property
     def config(self) -> Path:
         return self.root / "config.yaml"
+
+    @property
+    def overrides(self) -> Path:
+        return self.root / "overrides.yaml"
 
     @property
     def checkpoints(self) -> Path:
@@ -73,12 +80,6 @@ def read_summary(run_dir: str | Path) -> dict:
     return json.loads(RunPaths(Path(run_dir)).done.read_text())
 
 
-def resolve_precision(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
-
-
 def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
     max_epochs, warmup_epochs = scaled_epochs(cfg)
     return LadderModule(
@@ -88,7 +89,7 @@ def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
         mixup=OmegaConf.to_container(cfg.mixup, resolve=True),
         max_epochs=max_epochs,
         warmup_epochs=warmup_epochs,
-        compile=bool(cfg.trainer.compile),
+        compile=bool(cfg.speed.compile),
     )
 
 
@@ -131,49 +132,82 @@ def make_csv_logger(paths: RunPaths) -> CSVLogger:
 
 
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
-    max_epochs, _ = scaled_epochs(cfg)
+    """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
+    loggers, callbacks and plugins."""
     return L.Trainer(
-        max_epochs=max_epochs,
-        accelerator=cfg.trainer.accelerator,
-        devices=cfg.trainer.devices,
-        strategy=cfg.trainer.strategy,
-        max_time=cfg.trainer.max_time,
-        precision=resolve_precision(cfg.trainer.precision),
-        logger=loggers,
-        callbacks=callbacks,
-        default_root_dir=str(paths.root),
-        enable_progress_bar=bool(cfg.trainer.progress_bar),
-        enable_model_summary=False,
-        log_every_n_steps=int(cfg.trainer.log_every_n_steps),
-        num_sanity_val_steps=0,
+        **OmegaConf.to_container(cfg.trainer, resolve=True), logger=loggers, callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],  # last.ckpt: written atomically beside the old one, read weights-only
     )
 
 
-def train_rung(cfg: DictConfig) -> dict:
-    """Trains, tests, analyses and saves one rung; returns its summary.
+def replaces_old_run(cfg: DictConfig) -> bool:
+    """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
+    (overwrite=true). Without overwrite that is a UserError; a fresh folder or the same recipe is False."""
+    paths = RunPaths(Path(cfg.run_dir))
+    finished = paths.done.exists()
+    if not (finished or paths.last_ckpt.exists()):
+        return False  # nothing trained there to reuse
+    try:
+        stored = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
+    except Exception:  # missing or unreadable: its recipe is unknown
+        stored = None
+    changes = recipe_changes(stored, OmegaConf.to_container(cfg, resolve=True)) if isinstance(stored, dict) else []
+    if isinstance(stored, dict) and not changes:
+        return False
+    if not cfg.overwrite:
+        raise UserError(changed_recipe_message(paths.root, changes, finished))
+    return True
 
-    A finished rung (done.json present) is skipped untouched; an interrupted one resumes from
-    last.ckpt in the same W&B run. done.json is written last, so its presence means finished.
+
+def write_run_config(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
+    """config.yaml (the resolved config: the recipe later runs are compared with) and overrides.yaml
+    (the command-line overrides that made it)."""
+    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    if overrides is not None:
+        write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+
+
+def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Trains, tests, analyses and saves one rung; returns its summary. `overrides`: the command-line
+    overrides that made cfg, kept in the run folder.
+
+    A finished rung (done.json present) is skipped untouched, and an interrupted one resumes from
+    last.ckpt in the same W&B run, only under the same recipe (replaces_old_run). done.json is
+    written last, so its presence means finished.
     One process per rung: the folder's lock is held from config.yaml to done.json (training/lock.py).
     """
     paths = RunPaths(Path(cfg.run_dir))
-    if paths.done.exists():
+    replace = replaces_old_run(cfg)
+    if paths.done.exists() and not replace:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()
+    if replace:
+        set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
+        # Checked again under the lock: another process may have trained here since the check above.
+        if replaces_old_run(cfg):
+            raise UserError(f"{paths.root} changed while this run loaded its data: run the same command again")
         if paths.done.exists():  # finished by the process that held the lock a moment ago
             return read_summary(paths.root)
-        return _train_locked(cfg, paths, datamodule, started)
+        return _train_locked(cfg, paths, datamodule, started, overrides)
 
 
-def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float) -> dict:
+def set_aside(paths: RunPaths) -> None:
+    """overwrite=true: moves a run of another recipe to <rung>.replaced-<time>/, under its lock, so never
+    from under a process still training there."""
+    with run_lock(paths.root):
+        moved = move_aside(paths.root)
+    log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, moved)
+
+
+def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float,
+                  overrides: list[str] | None) -> dict:
     """Everything that writes into the run folder, run while this process holds its lock."""
-    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    write_run_config(paths, cfg, overrides)
     resume_from = resume_checkpoint(paths)
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)

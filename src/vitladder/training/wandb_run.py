@@ -23,12 +23,12 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from vitladder.config import WANDB_ALIASES, rung_index
+from vitladder.config import WANDB_MODES as MODES
 from vitladder.errors import UserError
 from vitladder.training.axes import EPOCH, LR
 
 RUN_ID_FILE = "wandb_run_id.txt"
-MODES = ("auto", "online", "offline", "disabled")
-WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
 GLOBAL_STEP = "trainer/global_step"  # Lightning's WandbLogger logs the optimizer step under this name
 EPOCH_METRICS = ("train/*", "val/*", "test/*", "track/*", "analysis/*")
 # Every offline W&B run of a ladder, relative to its folder: the rungs' (resumed parts included) and
@@ -158,11 +158,17 @@ def rung_run(cfg: DictConfig, run_dir: Path) -> dict:
     )
 
 
+def wandb_config(cfg: DictConfig) -> dict:
+    """The run's W&B config: the resolved Hydra config, plus the rung's position in the ladder so that
+    dashboards can order rungs."""
+    return {**OmegaConf.to_container(cfg, resolve=True), "rung_index": rung_index(cfg.rung)}
+
+
 def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
     mode = resolve_mode(cfg.wandb.mode)
     return WandbLogger(
         **rung_run(cfg, run_dir),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=wandb_config(cfg),
         save_dir=str(run_dir),
         id=run_id(run_dir),
         resume="allow",

@@ -1,0 +1,219 @@
+"""The shape and types of the config, declared once: Hydra structured configs used as the schema of
+conf/config.yaml (Hydra's "static schema with many configs"). The values live in the YAML files.
+
+A field set to MISSING takes its value from conf/; a field with a default here is one the recipe does
+not choose (Lightning's own Trainer defaults, the image-folder read cap). OmegaConf checks every
+override against this schema: an unknown key, with or without `+`, and a value of the wrong type are
+refused at composition, before anything runs. Ranges and cross-field rules are `config.validate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional, get_type_hints
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    patch_size: int = MISSING
+    embed_dim: int = MISSING
+    depth: int = MISSING
+    num_heads: int = MISSING
+    mlp_ratio: float = MISSING
+    drop_path_rate: float = MISSING
+
+
+@dataclass
+class DataConfig:
+    """What every data source shares (the `data:` block of conf/config.yaml)."""
+
+    source: str = MISSING
+    batch_size: int = MISSING
+    val_size: int = MISSING
+    split_seed: int = MISSING
+    train_subset: Optional[int] = MISSING
+    test_subset: Optional[int] = MISSING
+    random_crop_padding: int = MISSING
+    horizontal_flip: bool = MISSING
+
+
+@dataclass
+class Cifar10Data(DataConfig):
+    root: str = MISSING
+
+
+@dataclass
+class ImageFolderData(DataConfig):
+    root: str = MISSING
+    cache_dir: str = MISSING
+    max_file_mib: float = 4  # MiB: larger files (and archive members) are refused before they are read
+
+
+@dataclass
+class SyntheticData(DataConfig):
+    num_train: int = MISSING
+    num_test: int = MISSING
+
+
+# conf/data/<name>.yaml -> its schema (stored as schema/data/<name>, so `data=` lists only the real options)
+DATA_SCHEMAS: dict[str, type[DataConfig]] = {
+    "cifar10": Cifar10Data,
+    "imagefolder": ImageFolderData,
+    "synthetic": SyntheticData,
+}
+
+
+@dataclass
+class OptimConfig:
+    epochs: int = MISSING  # the recipe's epochs; trainer.max_epochs is this times profile.epoch_scale
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    betas: list[float] = MISSING
+    min_lr: float = MISSING
+    warmup_epochs: float = MISSING
+    warmup_start_lr: float = MISSING
+
+
+@dataclass
+class LossConfig:
+    label_smoothing: float = MISSING
+
+
+@dataclass
+class MixupConfig:
+    mixup_alpha: float = MISSING
+    cutmix_alpha: float = MISSING
+    prob: float = MISSING
+    switch_prob: float = MISSING
+
+
+@dataclass
+class TrainerConfig:
+    """Every argument of `lightning.Trainer` (2.6) except logger, callbacks and plugins, which the run
+    supplies; `L.Trainer(**cfg.trainer, ...)`. Defaults are Lightning's (tests/test_config.py checks both
+    the names and the defaults against the installed Trainer). Arguments Lightning types as a union
+    (`devices`, `precision`, `limit_train_batches`: an int counts batches, a float is a fraction, ...) are
+    Any: OmegaConf 2.3 has no union types, so Lightning checks those values itself."""
+
+    accelerator: Any = "auto"
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    precision: Any = None
+    fast_dev_run: Any = False
+    max_epochs: Optional[int] = None
+    min_epochs: Optional[int] = None
+    max_steps: int = -1
+    min_steps: Optional[int] = None
+    max_time: Any = None
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    limit_predict_batches: Any = None
+    overfit_batches: Any = 0.0
+    val_check_interval: Any = None
+    check_val_every_n_epoch: Optional[int] = 1
+    num_sanity_val_steps: Optional[int] = None
+    log_every_n_steps: Optional[int] = None
+    enable_checkpointing: Optional[bool] = None
+    enable_progress_bar: Optional[bool] = None
+    enable_model_summary: Optional[bool] = None
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: Optional[float] = None
+    gradient_clip_algorithm: Optional[str] = None
+    deterministic: Any = None
+    benchmark: Optional[bool] = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: Optional[str] = None
+    detect_anomaly: bool = False
+    barebones: bool = False
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = 0
+    default_root_dir: Optional[str] = None
+    enable_autolog_hparams: bool = True
+    model_registry: Optional[str] = None
+
+
+@dataclass
+class SpeedConfig:
+    """The project's speed switches that are not Trainer arguments."""
+
+    compile: bool = MISSING  # torch.compile the model in place
+
+
+@dataclass
+class AnalysisConfig:
+    enabled: bool = MISSING
+    num_images: int = MISSING
+    batch_size: int = MISSING
+    example_image: int = MISSING
+    track_every_n_epochs: int = MISSING
+    track_images: int = MISSING
+
+
+@dataclass
+class WandbConfig:
+    project: str = MISSING
+    entity: Optional[str] = MISSING
+    mode: str = MISSING  # auto, online, offline or disabled (checked by config.validate)
+
+
+@dataclass
+class ProfileConfig:
+    name: str = MISSING
+    epoch_scale: float = MISSING
+
+
+@dataclass
+class Config:
+    rung: str = MISSING
+    ladder: str = MISSING
+    seed: int = MISSING
+    run_dir: str = MISSING
+    output_root: str = MISSING
+    overwrite: bool = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = MISSING  # one of DATA_SCHEMAS, chosen by the data group
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    mixup: MixupConfig = field(default_factory=MixupConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+
+
+def register_schema() -> None:
+    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/."""
+    store = ConfigStore.instance()
+    store.store(name="schema", node=Config)
+    for name, schema in DATA_SCHEMAS.items():
+        store.store(group="schema/data", name=name, node=schema)
+
+
+def schema_keys() -> dict[str, Any]:
+    """Every dotted key the schema declares, with its type; data.* holds the keys of every data source."""
+    keys: dict[str, Any] = {}
+
+    def walk(schema: type, prefix: str) -> None:
+        for name, hint in get_type_hints(schema).items():
+            if name == "data" and schema is Config:
+                for source in DATA_SCHEMAS.values():
+                    walk(source, "data.")
+            elif is_dataclass(hint):
+                walk(hint, f"{prefix}{name}.")
+            else:
+                keys[f"{prefix}{name}"] = hint
+
+    walk(Config, "")
+    return keys
+
+
+def data_sources_with(key: str) -> list[str]:
+    """The data= options whose schema declares `key` (a name under data.)."""
+    return [name for name, schema in DATA_SCHEMAS.items() if key in {f.name for f in fields(schema)}]

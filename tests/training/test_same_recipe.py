@@ -1,0 +1,93 @@
+"""A run folder is reused only under the same recipe: a changed config stops with what changed, overwrite=true
+moves the old run aside (never deletes it), keys outside the recipe change nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from vitladder.errors import UserError
+from vitladder.report.ladder_report import collect
+from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
+from vitladder.training.run import RunPaths, read_summary, train_rung
+
+
+def test_changes_list_recipe_keys_only():
+    stored = {"optim": {"lr": 0.002, "betas": [0.9, 0.999]}, "trainer": {"enable_progress_bar": True},
+              "wandb": {"mode": "online"}, "output_root": "a", "old_key": 1}
+    current = {"optim": {"lr": 0.5, "betas": [0.9, 0.999]}, "trainer": {"enable_progress_bar": False},
+               "wandb": {"mode": "disabled"}, "output_root": "b", "new_key": None}
+    assert recipe_changes(stored, current) == [("new_key", ABSENT, None), ("old_key", 1, ABSENT),
+                                               ("optim.lr", 0.002, 0.5)]
+    assert not in_recipe("wandb.project") and not in_recipe("analysis.batch_size") and in_recipe("analysis.num_images")
+    assert in_recipe("trainer.gradient_clip_val") and in_recipe("data.batch_size") and in_recipe("wandb_like")
+
+
+def test_the_message_lists_changes_and_both_ways_on(tmp_path):
+    changes = [(f"k{i}", i, i + 1) for i in range(8)]
+    message = changed_recipe_message(tmp_path / "patch4", changes, finished=False)
+    assert "\n" not in message and "an interrupted run of another recipe (k0 0 → 1" in message
+    assert "k5 5 → 6 and 2 more)" in message and "k6" not in message
+    assert "ladder=NAME" in message and "make ladder LADDER=NAME" in message
+    assert "overwrite=true" in message and "patch4.replaced-<time>/" in message
+
+
+def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
+    base = ("analysis.enabled=false",)
+    cfg = tiny_cfg("patch8", *base)
+    first = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    stamps = {path: path.stat().st_mtime_ns for path in (paths.done, paths.config, paths.last_ckpt)}
+
+    # Keys that cannot change the results: the finished rung is skipped untouched.
+    outside = tiny_cfg("patch8", *base, "trainer.log_every_n_steps=1", "wandb.mode=disabled",
+                       "analysis.batch_size=7", "speed.compile=true")
+    assert train_rung(outside) == first
+
+    # Another recipe: one line naming the changes (old → new) and the two ways on; nothing touched.
+    changed = tiny_cfg("patch8", *base, "optim.lr=0.5", "trainer.gradient_clip_val=1")
+    with pytest.raises(UserError) as refused:
+        train_rung(changed)
+    message = str(refused.value)
+    assert message.startswith(f"{paths.root} holds a finished run of another recipe (")
+    assert "optim.lr 0.002 → 0.5, trainer.gradient_clip_val null → 1.0)" in message
+    assert "ladder=NAME" in message and "overwrite=true" in message
+
+    # Interrupted (last.ckpt, no done.json): not resumed under another recipe either.
+    summary = paths.done.read_text()
+    paths.done.unlink()
+    with pytest.raises(UserError, match="holds an interrupted run of another recipe"):
+        train_rung(changed)
+    paths.done.write_text(summary)
+    assert {path: path.stat().st_mtime_ns for path in stamps if path != paths.done} == \
+        {path: stamp for path, stamp in stamps.items() if path != paths.done}
+
+    # overwrite=true: the old folder moves aside whole, the rung trains afresh under the new recipe.
+    replaced = train_rung(tiny_cfg("patch8", *base, "optim.lr=0.5", "trainer.gradient_clip_val=1",
+                                   "overwrite=true"))
+    moved = [p for p in paths.root.parent.iterdir() if p.name.startswith("patch8.replaced-")]
+    assert len(moved) == 1
+    old = RunPaths(moved[0])
+    assert old.done.read_text() == summary and old.last_ckpt.is_file()
+    assert OmegaConf.load(old.config).optim.lr == pytest.approx(0.002)
+    assert OmegaConf.load(paths.config).optim.lr == 0.5
+    assert replaced == read_summary(paths.root) and paths.done.stat().st_mtime_ns > stamps[paths.done]
+    # The report reads the rung's folder, not the replaced one.
+    assert [run.path for result in collect(paths.root.parent) for run in result.runs] == [paths.root]
+
+
+def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path):
+    from vitladder.training.lock import RunLocked, run_lock
+    from vitladder.training.run import set_aside
+
+    paths = RunPaths(tmp_path / "smoke" / "patch8")
+    paths.root.mkdir(parents=True)
+    paths.done.write_text("{}")
+    with run_lock(paths.root):  # held as a training process holds it
+        with pytest.raises(RunLocked, match="in use by another process"):
+            set_aside(paths)
+    assert paths.done.is_file() and [p.name for p in paths.root.parent.iterdir()] == ["patch8"]
+    set_aside(paths)  # once free, it moves
+    assert [p.name.split("-")[0] for p in paths.root.parent.iterdir()] == ["patch8.replaced"]
