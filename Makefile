@@ -16,7 +16,7 @@ JOBS ?= 2              # make mutation: mutants tested at once
 # make mutation: every function of the files in pyproject's [tool.mutmut] only_mutate, except that of
 # training/run.py only the ones that build the module and trainer and write the final files.
 MUTANTS := 'vitladder.analysis.*' 'vitladder.data.*' 'vitladder.training.module.*' \
-	$(foreach f,build_module resolve_precision build_trainer save_model train_rung _train_locked is_finished read_summary,\
+	$(foreach f,build_module build_trainer save_model train_rung _train_locked is_finished read_summary,\
 	'vitladder.training.run.x_$(f)__mutmut_*')
 
 LADDER_DIR = outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))

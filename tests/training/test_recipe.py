@@ -17,9 +17,9 @@ from lightning.pytorch.callbacks import Timer
 import torch.nn.functional as F
 from torch import nn
 
-from vitladder.config import RUNGS, compose_rung, scaled_epochs
+from vitladder.config import RUNGS, auto_precision, compose_rung, scaled_epochs
 from vitladder.training.module import LadderModule
-from vitladder.training.run import RunPaths, build_module, build_trainer, resolve_precision
+from vitladder.training.run import RunPaths, build_module, build_trainer
 
 K = 10  # classes
 SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung above it
@@ -179,8 +179,7 @@ def test_a_checkpoint_carries_the_random_streams_of_mixup_and_drop_path(tiny_cfg
 @pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])
 def test_auto_precision_is_bf16_mixed_on_cuda_and_fp32_on_the_cpu(cuda: bool, expected: str, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert resolve_precision("auto") == expected
-    assert resolve_precision("16-mixed") == "16-mixed"  # an explicit choice is kept
+    assert auto_precision() == expected  # trainer.precision's default; an explicit trainer.precision replaces it
 
 
 def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:
