@@ -76,7 +76,7 @@ def test_class_names_in_the_example_title_are_plain_one_line_text(
 def test_every_figure_shows_titles_and_labels_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figs = capture_figures(monkeypatch)
     text = " ".join(HOSTILE[:-1])
-    history = [{"epoch": e, "layer": l, "distance": 10.0 + l, "entropy": 3.0} for e in range(2) for l in range(2)]
+    history = [{"epoch": e, "layer": l, "distance_px": 10.0 + l, "entropy_nats": 3.0} for e in range(2) for l in range(2)]
     figures.plot_heads(np.full((7, 6), 0.5), 0.5, text, text, tmp_path / "heads.png")
     figures.plot_layer_lines({text: [1.0, 2.0]}, {text + " ref": 1.5}, text, text, tmp_path / "lines.png")
     figures.plot_tracking(history, 16.0, 4.0, text, tmp_path / "tracking.png")
