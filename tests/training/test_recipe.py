@@ -179,7 +179,9 @@ def test_a_checkpoint_carries_the_random_streams_of_mixup_and_drop_path(tiny_cfg
 @pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])
 def test_auto_precision_is_bf16_mixed_on_cuda_and_fp32_on_the_cpu(cuda: bool, expected: str, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert auto_precision() == expected  # trainer.precision's default; an explicit trainer.precision replaces it
+    assert auto_precision() == expected
+    assert compose_rung("patch8").trainer.precision == expected  # trainer.precision's default
+    assert compose_rung("patch8", ["trainer.precision=16-mixed"]).trainer.precision == "16-mixed"  # kept
 
 
 def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:
@@ -193,4 +195,4 @@ def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> N
     assert marker in trainer.callbacks and trainer.default_root_dir == str(paths.root)
     timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
     assert len(timers) == 1 and timers[0]._duration == 3600  # trainer.max_time: a clean stop
-    assert trainer.progress_bar_callback is None and trainer.num_devices == 1  # trainer.progress_bar=false
+    assert trainer.progress_bar_callback is None and trainer.num_devices == 1  # trainer.enable_progress_bar=false
