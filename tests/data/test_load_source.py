@@ -33,9 +33,9 @@ def test_cifar10_and_image_folders_are_read_from_the_configured_paths(monkeypatc
     monkeypatch.setattr(datamodule_module, "load_image_folder", lambda *a, **k: calls.append(("folder", a, k)))
     load_source(OmegaConf.create({"source": "cifar10", "root": str(tmp_path / "data")}))
     load_source(OmegaConf.create({"source": "imagefolder", "root": str(tmp_path / "imgs"),
-                                  "cache_dir": str(tmp_path / "cache")}))
+                                  "cache_dir": str(tmp_path / "cache"), "max_file_mib": 7}))
     assert calls == [("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
-                     ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "cache"})]
+                     ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "cache", "max_file_mib": 7})]
 
 
 def test_an_unknown_source_is_one_clear_error() -> None:

@@ -86,7 +86,7 @@ def record_seeds(monkeypatch) -> tuple[list, list]:
 
 def logged_epochs(metrics_csv: Path, key: str) -> list[str]:
     with metrics_csv.open() as file:
-        return sorted(row["epoch"] for row in csv.DictReader(file) if row.get(key))
+        return sorted(float(row["epoch"]) for row in csv.DictReader(file) if row.get(key))
 
 
 def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(cfg, monkeypatch) -> None:
@@ -139,15 +139,17 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     test_row = [r for r in rows if r.get("test/acc")][-1]
     assert (summary["test_acc"], summary["test_loss"]) == (float(test_row["test/acc"]), float(test_row["test/loss"]))
     layer1 = [r for r in csv.DictReader((paths.analysis / "layers.csv").open()) if r["layer"] == "1"][0]
-    assert summary["layer1_distance_px"] == float(layer1["mean_distance_px"])
+    assert summary["layer1_distance_px"] == float(layer1["distance_px"])
     assert summary["layer1_entropy_nats"] == float(layer1["entropy_nats"])
     wandb_summary = loggers[-1].experiment.summary
     assert (wandb_summary["val/acc"], wandb_summary["test/acc"]) == (summary["val_acc"], summary["test_acc"])
     # config.yaml is the resolved config; metrics.csv holds each epoch once, though the run was resumed twice
     assert "${" not in paths.config.read_text()
     assert OmegaConf.to_container(OmegaConf.load(paths.config)) == OmegaConf.to_container(cfg, resolve=True)
-    for key in ("train/loss", "train/acc", "val/loss", "val/acc", "lr"):
-        assert logged_epochs(paths.metrics_csv, key) == ["0", "1"], key
+    for key in ("train/loss", "train/acc", "val/loss", "val/acc"):
+        assert logged_epochs(paths.metrics_csv, key) == [1.0, 2.0], key  # epoch: epochs trained
+    lr_steps = [row["step"] for row in csv.DictReader(paths.metrics_csv.open()) if row.get("lr")]
+    assert lr_steps and len(set(lr_steps)) == len(lr_steps)  # each logged step once
 
     renames.clear()
     assert is_finished(paths.root) and read_summary(paths.root) == summary
