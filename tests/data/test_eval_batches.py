@@ -11,10 +11,10 @@ from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule
 
 
-def datamodule(rung: str, tmp_path) -> ImageDataModule:
+def datamodule(rung: str, tmp_path, *overrides: str) -> ImageDataModule:
     cfg = compose_rung(rung, ["profile=smoke", "data=synthetic", "data.num_train=90", "data.num_test=50",
                               "data.val_size=30", "data.train_subset=null", "data.test_subset=null",
-                              "data.batch_size=16", "seed=3", f"output_root={tmp_path}"])
+                              "data.batch_size=16", "seed=3", f"output_root={tmp_path}", *overrides])
     module = ImageDataModule(cfg.data, seed=int(cfg.seed))
     module.setup()
     return module
@@ -37,14 +37,18 @@ def test_validation_and_test_batches_are_never_augmented(rung: str, tmp_path) ->
             assert torch.equal(images, normalize(split.images)), "augmentation reached an evaluation batch"
 
 
-def test_training_batches_are_augmented_only_on_rungs_that_ask(tmp_path) -> None:
-    for rung, augmented in (("patch8", False), ("augment", True)):
-        dm = datamodule(rung, tmp_path)
-        loader = dm.train_dataloader()
-        assert loader.seed == 3  # the run's seed drives the order and the augmentation
-        images, labels = concat(loader)
-        order = loader.indices(0)[: len(labels)]
-        assert torch.equal(labels, dm.train.labels[order])
-        plain = normalize(dm.train.images[order])
-        assert torch.equal(images, plain) is not augmented
-        assert len(labels) == len(dm.train.labels) // 16 * 16  # even, full batches for MixUp
+@pytest.mark.parametrize("rung, overrides, augmented", [
+    ("patch8", [], False), ("augment", [], True),
+    ("patch8", ["data.random_crop_padding=1"], True),  # a crop alone, however small
+    ("patch8", ["data.horizontal_flip=true"], True),  # a flip alone
+])
+def test_training_batches_are_augmented_only_when_the_config_asks(rung, overrides, augmented, tmp_path) -> None:
+    dm = datamodule(rung, tmp_path, *overrides)
+    loader = dm.train_dataloader()
+    assert loader.seed == 3  # the run's seed drives the order and the augmentation
+    images, labels = concat(loader)
+    order = loader.indices(0)[: len(labels)]
+    assert torch.equal(labels, dm.train.labels[order])
+    plain = normalize(dm.train.images[order])
+    assert torch.equal(images, plain) is not augmented
+    assert len(labels) == len(dm.train.labels) // 16 * 16  # even, full batches for MixUp

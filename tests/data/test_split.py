@@ -145,7 +145,8 @@ def imagefolder_cfg(tmp_path: Path):
 @pytest.fixture
 def synthetic_cfg(tmp_path: Path):
     return compose_rung("patch4", ["profile=smoke", "data=synthetic", "data.num_train=40", "data.num_test=30",
-                                   "data.val_size=8", "data.batch_size=8", "data.train_subset=null", "data.test_subset=12",
+                                   "data.val_size=8", "data.batch_size=8", "data.train_subset=20",
+                                   "data.test_subset=12",
                                    f"output_root={tmp_path}", *OTHER_SEEDS])
 
 
@@ -167,6 +168,7 @@ def test_training_and_re_analysis_see_the_same_seeded_test_images(cfg_name: str,
                            test_subset=int(cfg.data.test_subset))
     assert source_index(datamodule.test.images, source.test_images) == expected
     assert torch.equal(datamodule.test.labels, source.test_labels[expected])
+    assert len(datamodule.train.labels) == (cfg.data.train_subset or len(source.train_labels) - cfg.data.val_size)
     # the validation images are out of the training images, by content as well as by index
     val = set(source_index(datamodule.val.images, source.train_images))
     assert not val & set(source_index(datamodule.train.images, source.train_images))

@@ -1,43 +1,67 @@
 """The order of a run's final writes: done.json marks a rung finished, so it must come last.
 
 Every output is written to a temporary name and renamed (vitladder.atomic); the order of those
-renames is the order in which files become visible. A crash before done.json (here: the disk
-filling up while model.pt is written) must leave the rung unfinished, and running it again
-finishes it from last.ckpt.
+renames is the order in which files become visible. One rung lives through what a real one can:
+killed during its last epoch, resumed, the disk filling up while model.pt is written (a crash
+between model.pt and done.json must leave the rung unfinished), run again to the end, and run once
+more (skipped). Along the way: the run's seed drives every random stream, and its folder holds the
+resolved config, each epoch's metrics once and one last.ckpt.
 """
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+import vitladder.data.datamodule as datamodule_module
+from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
+from vitladder.training import run as run_module
+from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import RunPaths, is_finished, read_summary, train_rung
+
+REPLACE = os.replace
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAtEpoch(L.Callback):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise Crash(f"killed at the start of epoch {self.epoch}")
 
 
 @pytest.fixture
 def cfg(tiny_cfg, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")  # the W&B run is not what this test is about
-    return tiny_cfg("patch8", "model.depth=2", "data.num_train=300", "data.val_size=60", "data.num_test=40",
-                    "analysis.num_images=8", "analysis.track_every_n_epochs=0")
+    return tiny_cfg("patch8", "seed=1", "profile.epoch_scale=0.02", "model.depth=2", "data.num_train=300",
+                    "data.val_size=60", "data.num_test=40", "analysis.num_images=8", "analysis.track_every_n_epochs=0")
 
 
 def record_renames(monkeypatch, root: Path, fail_on: str | None = None) -> list[str]:
-    """Names (relative to the run folder) that os.replace made visible, in order; optionally a full disk
+    """Names (relative to the run folder) that os.replace makes visible, in order; optionally a full disk
     for one of them."""
     renames: list[str] = []
-    replace = os.replace
 
     def recording(src, dst, *args, **kwargs):
         dst = Path(dst)
         if fail_on is not None and dst.name == fail_on:
             raise OSError(errno.ENOSPC, "No space left on device")
-        replace(src, dst, *args, **kwargs)
+        REPLACE(src, dst, *args, **kwargs)
         if dst.is_relative_to(root):
             renames.append(dst.relative_to(root).as_posix())
 
@@ -45,21 +69,56 @@ def record_renames(monkeypatch, root: Path, fail_on: str | None = None) -> list[
     return renames
 
 
+def record_seeds(monkeypatch) -> tuple[list, list]:
+    """The seeds given to the global RNGs and to the datamodule's batches."""
+    global_seeds, batch_seeds = [], []
+    seed_everything = L.seed_everything
+
+    class RecordingBatches(DeviceBatches):
+        def __init__(self, *args, **kwargs) -> None:
+            batch_seeds.append(kwargs["seed"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(L, "seed_everything", lambda seed, **kw: global_seeds.append(seed) or seed_everything(seed, **kw))
+    monkeypatch.setattr(datamodule_module, "DeviceBatches", RecordingBatches)
+    return global_seeds, batch_seeds
+
+
+def logged_epochs(metrics_csv: Path, key: str) -> list[str]:
+    with metrics_csv.open() as file:
+        return sorted(float(row["epoch"]) for row in csv.DictReader(file) if row.get(key))
+
+
 def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(cfg, monkeypatch) -> None:
     paths = RunPaths(Path(cfg.run_dir))
+    global_seeds, batch_seeds = record_seeds(monkeypatch)
+
+    build_trainer = run_module.build_trainer
+    monkeypatch.setattr(run_module, "build_trainer",
+                        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(1)]))
+    with pytest.raises(Crash):
+        train_rung(cfg)
+    assert checkpoint_epoch(paths.last_ckpt) == 1 and not is_finished(paths.root)
+    monkeypatch.setattr(run_module, "build_trainer", build_trainer)
+
     record_renames(monkeypatch, paths.root, fail_on="model.pt")
     with pytest.raises(OSError, match="No space left"):
-        train_rung(cfg)
-    assert paths.last_ckpt.is_file() and not paths.model.exists()
+        train_rung(cfg)  # resumes, trains epoch 1, tests and analyses; then saving model.pt fails
+    assert not paths.model.exists()
     assert not paths.done.exists() and not is_finished(paths.root), "a rung whose model was never saved is finished"
-    monkeypatch.undo()
+    checkpoints = sorted(p.name for p in paths.checkpoints.iterdir() if not p.name.startswith("."))
+    assert checkpoints == ["last.ckpt"] and checkpoint_epoch(paths.last_ckpt) == 2  # replaced, not versioned
 
-    monkeypatch.setenv("WANDB_MODE", "disabled")
     renames = record_renames(monkeypatch, paths.root)
+    loggers = []
+    make_logger = run_module.make_logger
+    monkeypatch.setattr(run_module, "make_logger", lambda cfg, root: loggers.append(make_logger(cfg, root)) or loggers[-1])
+    monkeypatch.setattr(run_module, "time", SimpleNamespace(time=iter([100.0, 112.34]).__next__))  # start, end
     summary = train_rung(cfg)  # resumes from last.ckpt: nothing left to train; tests, analyses and saves
     assert renames[-1] == "done.json" and renames.count("done.json") == 1, renames
     assert "checkpoints/model.pt" in renames
     assert {"analysis/heads.csv", "analysis/layers.csv"} <= set(renames)
+    assert global_seeds == [1, 1, 1] and batch_seeds and set(batch_seeds) == {1}  # the run's seed drives its numbers
 
     # what the final files hold: the trained weights, and the summary of this very run
     saved = torch.load(paths.model, map_location="cpu", weights_only=True)
@@ -70,7 +129,27 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert (saved["format"], saved["rung"], saved["ladder"]) == ("vitladder-model/1", "patch8", "smoke")
     assert len(saved["classes"]) == 10 and saved["vit_config"]["depth"] == 2
     assert json.loads(paths.done.read_text()) == summary
-    assert summary["epochs"] == 1 and summary["rung"] == "patch8" and summary["seed"] == 0
+    assert set(summary) == {"rung", "ladder", "seed", "epochs", "test_acc", "test_loss", "val_acc", "seconds",
+                            "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats",
+                            "uniform_entropy_nats", "analysis_images"}
+    assert (summary["rung"], summary["ladder"], summary["seed"], summary["epochs"]) == ("patch8", "smoke", 1, 2)
+    assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8
+    rows = list(csv.DictReader(paths.metrics_csv.open()))
+    assert summary["val_acc"] == float([r for r in rows if r.get("val/acc")][-1]["val/acc"])  # the last epoch's
+    test_row = [r for r in rows if r.get("test/acc")][-1]
+    assert (summary["test_acc"], summary["test_loss"]) == (float(test_row["test/acc"]), float(test_row["test/loss"]))
+    layer1 = [r for r in csv.DictReader((paths.analysis / "layers.csv").open()) if r["layer"] == "1"][0]
+    assert summary["layer1_distance_px"] == float(layer1["distance_px"])
+    assert summary["layer1_entropy_nats"] == float(layer1["entropy_nats"])
+    wandb_summary = loggers[-1].experiment.summary
+    assert (wandb_summary["val/acc"], wandb_summary["test/acc"]) == (summary["val_acc"], summary["test_acc"])
+    # config.yaml is the resolved config; metrics.csv holds each epoch once, though the run was resumed twice
+    assert "${" not in paths.config.read_text()
+    assert OmegaConf.to_container(OmegaConf.load(paths.config)) == OmegaConf.to_container(cfg, resolve=True)
+    for key in ("train/loss", "train/acc", "val/loss", "val/acc"):
+        assert logged_epochs(paths.metrics_csv, key) == [1.0, 2.0], key  # epoch: epochs trained
+    lr_steps = [row["step"] for row in csv.DictReader(paths.metrics_csv.open()) if row.get("lr")]
+    assert lr_steps and len(set(lr_steps)) == len(lr_steps)  # each logged step once
 
     renames.clear()
     assert is_finished(paths.root) and read_summary(paths.root) == summary

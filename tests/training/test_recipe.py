@@ -15,10 +15,11 @@ import torch
 import lightning as L
 from lightning.pytorch.callbacks import Timer
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torch import nn
 
 from vitladder.config import RUNGS, auto_precision, compose_rung, scaled_epochs
-from vitladder.training.module import LadderModule
+from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
 from vitladder.training.run import RunPaths, build_module, build_trainer
 
 K = 10  # classes
@@ -56,6 +57,10 @@ def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: 
         mixup = module.mixup
         monkeypatch.setattr(module, "mixup", lambda x, y: seen.append(mixup(x, y)) or seen[-1])
     assert (module.mixup is not None) == mixed
+    if mixed:  # timm's Mixup with the rung's settings: one of MixUp (alpha 0.8) or CutMix (1.0) per batch
+        m, cfg = mixup, module.hparams.mixup
+        assert (m.mixup_alpha, m.cutmix_alpha, m.mix_prob, m.switch_prob) == (0.8, 1.0, cfg["prob"], cfg["switch_prob"])
+        assert (m.label_smoothing, m.num_classes, m.mode) == (eps, K, "batch")
 
     torch.manual_seed(0)
     loss = module.training_step((images.clone(), labels), 0)  # timm mixes the batch in place
@@ -92,6 +97,31 @@ def test_validation_and_test_loss_are_plain_cross_entropy_over_every_image(tiny_
         logits = module(images)
         assert metrics[0].compute().item() == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
         assert metrics[1].compute().item() == pytest.approx((logits.argmax(-1) == labels).float().mean().item())
+
+
+@pytest.mark.parametrize("mixup_alpha, cutmix_alpha", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.5)])
+def test_either_alpha_turns_mixing_on(mixup_alpha: float, cutmix_alpha: float) -> None:
+    mixup = build_mixup(mixup_alpha, cutmix_alpha, prob=1.0, switch_prob=0.5, label_smoothing=0.0, num_classes=K)
+    assert (mixup is None) == (mixup_alpha == cutmix_alpha == 0.0)
+
+
+def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny_cfg) -> None:
+    # last.ckpt's hyper_parameters rebuild the ViT when a Lightning checkpoint is analysed
+    cfg = tiny_cfg("mixup_cutmix")
+    module = build_module(cfg, num_classes=K)
+    assert dict(module.hparams) == {
+        "model": {**OmegaConf.to_container(cfg.model), "num_classes": K}, "optim": OmegaConf.to_container(cfg.optim),
+        "label_smoothing": 0.1, "mixup": OmegaConf.to_container(cfg.mixup), "max_epochs": 1,
+        "warmup_epochs": 0.05, "compile": False,
+    }
+
+
+def test_a_nan_loss_stops_the_epoch_with_what_to_do(tiny_cfg) -> None:
+    module = build_module(tiny_cfg("patch8", "model.depth=1"), num_classes=K)
+    module.train_loss.update(torch.tensor([1.0, float("nan")]))
+    with pytest.raises(TrainingDiverged, match=r"^training loss became nan in epoch 0: lower optim.lr or add warmup; "
+                                               r"the last good checkpoint is kept$"):
+        module.on_train_epoch_end()
 
 
 def attach_trainer(module: LadderModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
@@ -137,7 +167,7 @@ def expected_lr(step: int, peak: float, floor: float, start: float, warmup: int,
 
 @pytest.mark.parametrize("warmup_epochs, warmup_steps", [(0.0, 0), (1.5, 15), (0.25, 2)])
 def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_epochs, warmup_steps) -> None:
-    optim = {"lr": 1e-3, "weight_decay": 0.05, "betas": [0.9, 0.999], "min_lr": 1e-5, "warmup_start_lr": 1e-6}
+    optim = {"lr": 1e-3, "weight_decay": 0.05, "betas": [0.8, 0.95], "min_lr": 1e-5, "warmup_start_lr": 1e-6}
     model = {"patch_size": 8, "embed_dim": 12, "depth": 1, "num_heads": 6, "num_classes": K}
     module = LadderModule(model=model, optim=optim, label_smoothing=0.0, mixup={"mixup_alpha": 0.0,
                           "cutmix_alpha": 0.0, "prob": 1.0, "switch_prob": 0.5}, max_epochs=4,
@@ -145,7 +175,8 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
     trainer = attach_trainer(module, batches=10)  # 10 steps an epoch, 40 in all
     configured = module.configure_optimizers()
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
-    assert configured["lr_scheduler"]["interval"] == "step"
+    assert configured["lr_scheduler"]["interval"] == "step" and not module.hparams.compile  # compile: off unless asked
+    assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
     for step in range(45):
         trainer.global_step = step
         module.lr_scheduler_step(scheduler)
