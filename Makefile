@@ -10,6 +10,7 @@ DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.x
 SEEDS ?= 0             # e.g. 0,1,2: every rung once per seed
 LADDER ?=              # name of the ladder folder under outputs/ (default: the profile's name)
 ARGS ?=                # more Hydra overrides, e.g. ARGS="trainer.devices=2"
+CONFIRM_LONG ?=        # 1: train even when the ladder's estimate is beyond a day (the full recipe on a CPU)
 RUN ?= outputs/full/epochs200  # make demo: the run folder (or checkpoint) to export
 JOBS ?= 2              # make mutation: mutants tested at once
 
@@ -20,7 +21,8 @@ MUTANTS := 'vitladder.analysis.*' 'vitladder.data.*' 'vitladder.training.module.
 	'vitladder.training.run.x_$(f)__mutmut_*')
 
 LADDER_DIR = outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
-LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" profile=$(strip $(PROFILE)) \
+CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
+LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
 .PHONY: help ladder test mutation report demo bench wandb-sync wandb-report clean-venv
