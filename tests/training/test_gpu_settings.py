@@ -22,15 +22,17 @@ def fit(cfg, module, callbacks=(), **trainer_kwargs) -> L.Trainer:
     return trainer
 
 
-def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only():
+def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):
     assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
     assert optimizer_kwargs(torch.device("cpu")) == {}
     previous = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        use_tensor_cores(torch.device("cpu"))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        use_tensor_cores()
         assert torch.get_float32_matmul_precision() == "highest"
-        use_tensor_cores(torch.device("cuda", 0))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        use_tensor_cores()
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(previous)

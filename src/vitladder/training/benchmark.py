@@ -199,7 +199,7 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
     model = build_vit(config).to(device).train()
     if s.compile:
         model.compile()
-    use_tensor_cores(device)
+    use_tensor_cores()
     optim = cfg.optim
     optimizer = create_optimizer_v2(model, opt="adamw", lr=optim.lr, weight_decay=optim.weight_decay,
                                     betas=tuple(optim.betas), **optimizer_kwargs(device))

@@ -39,9 +39,10 @@ def build_mixup(mixup_alpha: float, cutmix_alpha: float, prob: float, switch_pro
     )
 
 
-def use_tensor_cores(device: torch.device) -> None:
-    """On CUDA, float32 matrix products outside autocast may use TF32 (Ampere and later)."""
-    if device.type == "cuda":
+def use_tensor_cores() -> None:
+    """Where CUDA is, float32 matrix products outside autocast may use TF32 (Ampere and later). Set before a
+    trainer starts, so Lightning finds it set."""
+    if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
 
 
@@ -70,6 +71,7 @@ class LadderModule(L.LightningModule):
                                    "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile,
                                    "seed": seed},
                                   logger=False)
+        use_tensor_cores()
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
@@ -90,9 +92,6 @@ class LadderModule(L.LightningModule):
             # In-place compile keeps the state_dict keys free of `_orig_mod.`. The analysis hooks still
             # work: analyse() runs the model eagerly (torch.compiler.set_stance("force_eager")).
             self.model.compile()
-
-    def setup(self, stage: str) -> None:
-        use_tensor_cores(self.trainer.strategy.root_device)
 
     def on_train_epoch_start(self) -> None:
         seed_epoch(int(self.hparams.seed), self.global_rank, self.current_epoch)
