@@ -73,7 +73,8 @@ gpu-wheels: $(STAMP)  ## here: the packages the GPU machine lacks into gpu/wheel
 	@du -sh gpu/wheels gpu/data
 
 gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark, train and analyse within BUDGET s
-	@ls gpu/wheels/*.whl >/dev/null 2>&1 || { echo "error: no wheels in gpu/wheels: run make gpu-wheels first" >&2; exit 2; }
+	@ls gpu/wheels/*.whl >/dev/null 2>&1 || \
+		{ echo "error: no wheels in gpu/wheels: run make gpu-wheels first" >&2; exit 2; }
 	$(GPU_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target gpu/site gpu/wheels/*.whl
 	PYTHONPATH=src:gpu/site $(GPU_PYTHON) scripts/gpu_check.py --budget $(strip $(BUDGET)) \
 		$(if $(strip $(GPU_OUT)),--out $(strip $(GPU_OUT))) $(ARGS)

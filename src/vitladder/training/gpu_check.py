@@ -32,10 +32,10 @@ from vitladder.errors import UserError
 from vitladder.report.ladder_report import REFERENCE, build_report
 from vitladder.training.benchmark import BenchSettings, time_project
 from vitladder.training.estimate import EVAL_COST
-from vitladder.training.run import RunPaths, resolve_precision, train_rung
+from vitladder.training.run import RunPaths, train_rung
 
 RUNG = "epochs200"
-SETTINGS = {"eager": False, "compiled": True}  # name -> trainer.compile
+SETTINGS = {"eager": False, "compiled": True}  # name -> speed.compile
 TARGETS = {"images_per_s_min": 25_000, "images_per_s_aim": 50_000}  # full model, one H200 (200 epochs < 6 min)
 RESERVE_S = 30.0  # kept after training: test, analysis, model, figures, report
 EPOCH_OVERHEAD_S = 0.3  # per epoch beyond its steps: loop hooks, metrics, CSV row, attention tracking
@@ -84,7 +84,7 @@ def compose(options: CheckOptions, *extra: str) -> DictConfig:
     data = (["data=synthetic"] if options.data == "synthetic"
             else ["data=imagefolder", f"data.root={options.data}"])
     return compose_rung(RUNG, [
-        *(["profile=smoke"] if options.smoke else []), *data, "trainer.devices=1", "trainer.progress_bar=false",
+        *(["profile=smoke"] if options.smoke else []), *data, "trainer.devices=1", "trainer.enable_progress_bar=false",
         "wandb.mode=disabled", "checkpoint.every_n_epochs=0", "ladder=gpu-check",
         f"run_dir={options.out / RUNG}", *options.overrides, *extra,
     ])
@@ -146,7 +146,7 @@ def benchmark(options: CheckOptions, clock: Clock, device: str,
             skipped[name] = reason
             log(f"benchmark {name}: skipped ({reason})")
             continue
-        setting_cfg = compose(options, f"trainer.compile={str(SETTINGS[name]).lower()}")
+        setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
         s = BenchSettings("full" if not options.smoke else "tiny", int(cfg.model.embed_dim), device,
                           int(cfg.data.batch_size), warmup=steps[0], steps=steps[1], rounds=1, rung=RUNG,
                           compile=SETTINGS[name])
@@ -175,7 +175,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     if device == "cpu" and not options.smoke:
         raise UserError("no CUDA device is visible: run this on a GPU machine, or --smoke for the CPU rehearsal")
     base = compose(options)
-    precision = resolve_precision(base.trainer.precision)
+    precision = str(base.trainer.precision)
     since = time.perf_counter()
     measured, skipped, datamodule = benchmark(options, clock, device, log)
     num_train, num_val = len(datamodule.train.labels), len(datamodule.val.labels)
@@ -194,8 +194,8 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, within {max(train_s, 1):.0f} s")
 
     since = time.perf_counter()
-    cfg = compose(options, f"trainer.compile={str(SETTINGS[setting]).lower()}",
-                  f"profile.epoch_scale={epochs / int(base.trainer.max_epochs)}",  # the schedule shortened to fit
+    cfg = compose(options, f"speed.compile={str(SETTINGS[setting]).lower()}",
+                  f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
                   f"trainer.max_time={max_time(train_s)}")
     summary = train_rung(cfg)
     clock.phase("train_test_analyse", since)
