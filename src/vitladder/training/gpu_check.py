@@ -227,7 +227,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
                      "layer1_distance_px": summary.get("layer1_distance_px"),
                      "uniform_distance_px": summary.get("uniform_distance_px"),
                      "layer1_entropy_nats": summary.get("layer1_entropy_nats")},
-        "reference": {"test_acc": REFERENCE[RUNG]["test_acc"], "epochs": 200,
+        "reference": {"test_acc": REFERENCE[RUNG]["test_acc"], "epochs": int(base.optim.epochs),
                       "layer1_distance_px": REFERENCE[RUNG]["layer1_distance_px"]},
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
@@ -257,7 +257,7 @@ def markdown(r: dict, report_name: str) -> str:
         f"`{t['rung']}` on {t['train_images']:,} training images ({t['data']}): {t['epochs_trained']} of "
         f"{t['epochs_of_recipe']} epochs ({t['steps_trained']:,} of {t['steps_planned']:,} planned steps, "
         f"{t['setting']}): test accuracy **{r['test_acc']:.1%}** "
-        f"(reference, 200 epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
+        f"(reference, {r['reference']['epochs']} epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
         f"**{a['layer1_distance_px']:.1f} px** over {a['images']} test images (reference "
         f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).", "",
         "| layer | distance (px) | entropy (nats) |", "|---|---|---|",
