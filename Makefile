@@ -10,8 +10,17 @@ DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.x
 SEEDS ?= 0             # e.g. 0,1,2: every rung once per seed
 LADDER ?=              # name of the ladder folder under outputs/ (default: the profile's name)
 ARGS ?=                # more Hydra overrides, e.g. ARGS="trainer.devices=2"
+CONFIRM_LONG ?=        # 1: train even when the ladder's estimate is beyond a day (the full recipe on a CPU)
 RUN ?= outputs/full/epochs200  # make demo: the run folder (or checkpoint) to export
 JOBS ?= 2              # make mutation: mutants tested at once
+BUDGET ?= 480          # make gpu-check: seconds for the whole check
+GPU_OUT ?=             # make gpu-check: its output folder (default: outputs/gpu-check/<date-time>)
+GPU_PYTHON ?= python3  # make gpu-check: the GPU machine's own Python, with its torch
+
+# make gpu-wheels: wheels for the GPU machine (Python 3.12, manylinux x86_64); pip matches each glibc tag exactly.
+GPU_GLIBC_TAGS = manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1
+GPU_PLATFORMS = $(foreach tag,$(GPU_GLIBC_TAGS),--platform $(tag)_x86_64)
+GPU_ARCHIVE = ../shared/data/cifar10-jpeg.tar.xz
 
 # make mutation: every function of the files in pyproject's [tool.mutmut] only_mutate, except that of
 # training/run.py only the ones that build the module and trainer and write the final files.
@@ -20,10 +29,11 @@ MUTANTS := 'vitladder.analysis.*' 'vitladder.data.*' 'vitladder.training.module.
 	'vitladder.training.run.x_$(f)__mutmut_*')
 
 LADDER_DIR = outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
-LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" profile=$(strip $(PROFILE)) \
+CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
+LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test mutation report demo bench wandb-sync wandb-report clean-venv
+.PHONY: help ladder test mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -52,6 +62,22 @@ demo: $(STAMP)  ## export the browser demo of RUN (a run folder or checkpoint)
 
 bench: $(STAMP)  ## benchmark the training loop against a bare PyTorch loop; writes outputs/bench.json
 	$(PY) scripts/bench.py
+
+gpu-wheels: $(STAMP)  ## here: the packages the GPU machine lacks into gpu/wheels/, CIFAR-10 into gpu/data/
+	rm -rf gpu/wheels && mkdir -p gpu/wheels gpu/data
+	grep 'sdist only' gpu/requirements.txt | cut -d' ' -f1 | xargs $(PY) -m pip wheel --quiet --no-deps -w gpu/wheels
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(GPU_PLATFORMS) --find-links gpu/wheels -d gpu/wheels -r gpu/requirements.txt
+	if [ -f $(GPU_ARCHIVE) ]; then cp $(GPU_ARCHIVE) gpu/data/; \
+	else echo "no $(GPU_ARCHIVE): put cifar10-jpeg.tar.xz (train/ and test/ folders of JPEGs) into gpu/data/"; fi
+	@du -sh gpu/wheels gpu/data
+
+gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark, train and analyse within BUDGET s
+	@ls gpu/wheels/*.whl >/dev/null 2>&1 || \
+		{ echo "error: no wheels in gpu/wheels: run make gpu-wheels first" >&2; exit 2; }
+	$(GPU_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target gpu/site gpu/wheels/*.whl
+	PYTHONPATH=src:gpu/site $(GPU_PYTHON) scripts/gpu_check.py --budget $(strip $(BUDGET)) \
+		$(if $(strip $(GPU_OUT)),--out $(strip $(GPU_OUT))) $(ARGS)
 
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest -q

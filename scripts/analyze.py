@@ -4,7 +4,7 @@
     python scripts/analyze.py outputs/full/warmup/checkpoints/last.ckpt --images 200
     python scripts/analyze.py model.pt --out /tmp/analysis data.root=/elsewhere/cifar10-jpeg.tar.xz
 
-The test images are the run's own: its config.yaml rebuilds the same seeded test split, and the
+The test images are the run's own: its config.yaml rebuilds the same test split, and the
 first N of them are analysed. ``key=value`` overrides change that config (e.g. where the data
 now lives); a model.pt outside any run folder composes its rung's config with them instead.
 A run folder's own analysis/ (the default --out) also reaches the rung's W&B run: it is continued

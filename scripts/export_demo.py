@@ -4,7 +4,7 @@
     python scripts/export_demo.py outputs/full/warmup/checkpoints/last.ckpt --images 32 --out /tmp/demo
     python scripts/export_demo.py model.pt data.root=/elsewhere/cifar10-jpeg.tar.xz
 
-The images are the first N of the run's own seeded test split; ``key=value`` overrides change
+The images are the first N of the run's own test split; ``key=value`` overrides change
 the run's config (e.g. where its data now lives).
 """
 

@@ -1,6 +1,8 @@
 """Train every rung of the ladder in order, skipping finished ones: what `make ladder` runs.
 
-    python scripts/ladder.py [--seeds 0,1,2] [--data PATH|cifar10|synthetic] [hydra overrides ...]
+    python scripts/ladder.py [--seeds 0,1,2] [--data PATH|cifar10|synthetic] [--yes] [hydra overrides ...]
+
+A ladder estimated at more than a day on this machine stops before training unless --yes is given.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; every rung trains once per seed")
     parser.add_argument("--data", default="", help="cifar10, synthetic, or a folder/.tar(.xz) of train/ and test/")
+    parser.add_argument("--yes", action="store_true",
+                        help="train even when the estimate is beyond a day (the full recipe on a CPU)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. profile=smoke trainer.devices=2")
     args = parser.parse_args(argv)
 
     from vitladder.training.estimate import estimate_ladder
-    from vitladder.training.ladder import data_overrides, parse_seeds, plan_ladder, run_ladder
+    from vitladder.training.ladder import LONG_LADDER_S, data_overrides, parse_seeds, plan_ladder, run_ladder
     from vitladder.training.run import train_rung
     from vitladder.training.wandb_run import check_wandb_mode
 
@@ -30,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     from vitladder.report.ladder_report import build_report
     from vitladder.report.wandb_run import log_report_to_wandb
 
-    summaries = run_ladder(runs, train_rung, estimate_ladder)
+    summaries = run_ladder(runs, train_rung, estimate_ladder, max_seconds=None if args.yes else LONG_LADDER_S)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent
     final = next(run for run in runs if run.rung == runs[-1].rung)  # the top rung, first seed
     if not (final.run_dir / "demo" / "index.html").exists():

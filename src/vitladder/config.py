@@ -156,6 +156,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("model.drop_path_rate", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
     ("loss.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
     ("optim.epochs", lambda v: v >= 1, "at least 1", "100"),
+    ("checkpoint.every_n_epochs", lambda v: v >= 0, "0 (no checkpoint) or more", "1"),
     ("trainer.max_epochs", lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100"),
     ("optim.lr", lambda v: v > 0, "above 0", "1e-3"),
     ("profile.epoch_scale", lambda v: v > 0, "above 0", "0.1"),

@@ -146,6 +146,11 @@ class SpeedConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every_n_epochs: int = MISSING  # last.ckpt after every N-th epoch; 0: none
+
+
+@dataclass
 class AnalysisConfig:
     enabled: bool = MISSING
     num_images: int = MISSING
@@ -183,6 +188,7 @@ class Config:
     mixup: MixupConfig = field(default_factory=MixupConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     speed: SpeedConfig = field(default_factory=SpeedConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)

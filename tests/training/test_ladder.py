@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -95,6 +97,72 @@ def test_overwrite_retrains_a_changed_rung_and_skips_the_rest(tmp_path):
     run_ladder(same, lambda cfg, overrides: trained.append(cfg.rung), lambda cfgs: [1.0] * len(cfgs),
                log=lambda line: None)
     assert trained == [], "keys outside the recipe change nothing: finished rungs are skipped, even with overwrite"
+
+
+def load_ladder_script(repo_root: Path):
+    spec = importlib.util.spec_from_file_location("script_ladder", repo_root / "scripts" / "ladder.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_ladder_estimated_beyond_a_day_stops_before_training(tmp_path):
+    runs = plan_ladder([0], [f"output_root={tmp_path}"])
+    trained = []
+
+    def train(cfg, overrides=None):
+        trained.append(cfg.rung)
+        summary = {"rung": cfg.rung, "test_acc": 0.5, "seconds": 1.0}
+        Path(cfg.run_dir).mkdir(parents=True)
+        (Path(cfg.run_dir) / "done.json").write_text(json.dumps(summary))
+        return summary
+
+    def estimate(cfgs):  # the full recipe on a CPU: ~140 h a rung
+        return [500_000.0] * len(cfgs)
+
+    with pytest.raises(UserError) as info:
+        run_ladder(runs, train, estimate, log=lambda line: None)
+    message = str(info.value)
+    assert "\n" not in message and trained == []
+    assert message.startswith("estimated time for 8 runs on this machine: 1111h06m")
+    for way_on in ("meant for a GPU", "PROFILE=smoke", "trainer.accelerator=", "CONFIRM_LONG=1", "--yes"):
+        assert way_on in message
+    # Within a day, or confirmed, it trains.
+    run_ladder(runs[:1], train, lambda cfgs: [23 * 3600.0], log=lambda line: None)
+    run_ladder(runs[1:2], train, estimate, log=lambda line: None, max_seconds=None)
+    assert trained == list(RUNGS[:2])
+
+
+def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_path, monkeypatch, capsys):
+    from vitladder.training import estimate
+
+    monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: [500_000.0] * len(cfgs))
+    script = load_ladder_script(repo_root)
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--data", "synthetic", f"output_root={tmp_path}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: estimated time for 8 runs") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+    import vitladder.training.run as run_module
+
+    trained = []
+    def train_one(cfg, overrides=None):
+        trained.append(cfg.rung)
+        raise RuntimeError("stop after the first rung")
+
+    monkeypatch.setattr(run_module, "train_rung", train_one)
+    with pytest.raises(RuntimeError, match="stop after the first rung"):
+        script.main(["--yes", "--data", "synthetic", f"output_root={tmp_path}"])
+    assert trained == ["patch8"]
+
+
+@pytest.mark.parametrize("confirm, passed", [("", False), ("1", True), ("0", False)])
+def test_make_ladder_passes_the_confirmation(repo_root, confirm, passed):
+    dry_run = subprocess.run(["make", "-n", "ladder", f"CONFIRM_LONG={confirm}"], cwd=repo_root, capture_output=True,
+                             text=True, check=True).stdout
+    command = next(line for line in dry_run.splitlines() if "scripts/ladder.py" in line)
+    assert ("--yes" in command.split()) == passed
 
 
 def test_format_seconds():

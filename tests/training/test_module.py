@@ -97,3 +97,21 @@ def test_each_epoch_trains_on_its_own_order_of_the_data(tiny_cfg):
         expected = batches.labels[batches.indices(epoch)[:16]]
         assert torch.equal(recorder.first_labels[epoch], expected), f"epoch {epoch} replayed another epoch's order"
     assert not torch.equal(recorder.first_labels[0], recorder.first_labels[1])
+
+
+def test_train_acc_under_mixup_scores_the_dominant_class_of_the_mixed_target(tiny_cfg):
+    import torch.nn.functional as F
+
+    module = build_module(tiny_cfg("mixup_cutmix"), num_classes=10)
+    labels = torch.arange(8)  # (B,) the classes of the images before mixing
+    dominant = (labels + 3) % 10  # each blend is mostly another image: its mixed target's top class
+    soft = 0.35 * F.one_hot(labels, 10) + 0.65 * F.one_hot(dominant, 10)  # (B, 10)
+    module.mixup = lambda images, labels: (images, soft)
+    module.forward = lambda images: 5.0 * F.one_hot(dominant, 10).float()  # (B, 10) predicts the dominant class
+    module.training_step((torch.zeros(8, 3, 32, 32), labels), 0)
+    assert module.train_acc.compute() == 1.0
+
+    module = build_module(tiny_cfg("label_smoothing"), num_classes=10)  # no mixing: the true labels
+    module.forward = lambda images: 5.0 * F.one_hot(dominant, 10).float()
+    module.training_step((torch.zeros(8, 3, 32, 32), labels), 0)
+    assert module.train_acc.compute() == 0.0

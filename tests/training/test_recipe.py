@@ -20,6 +20,7 @@ from torch import nn
 
 from vitladder.config import RUNGS, auto_precision, compose_rung, scaled_epochs
 from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
+from vitladder.training.resume import seed_epoch
 from vitladder.training.run import RunPaths, build_module, build_trainer
 
 K = 10  # classes
@@ -194,17 +195,27 @@ def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, 
     assert module._steps_per_epoch() == steps
 
 
-def test_a_checkpoint_carries_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:
-    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1"), num_classes=K)
+def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:
+    # No RNG state in the checkpoint: an epoch's MixUp/CutMix and drop-path draws are a function of
+    # (seed, rank, epoch), so a run resumed at an epoch boundary draws what an uninterrupted one draws.
+    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1", "seed=3"), num_classes=K)
+    module.trainer = SimpleNamespace(global_rank=1, current_epoch=4)  # what the hook reads of its trainer
+
+    def draws() -> tuple:
+        return torch.rand(4), np.random.rand(2), random.random()
+
     torch.manual_seed(5)
-    checkpoint: dict = {}
-    module.on_save_checkpoint(checkpoint)
-    draws = (torch.rand(4), np.random.rand(2), random.random())
-    torch.manual_seed(6)  # what a fresh process would start from
-    module.on_load_checkpoint(checkpoint)
-    again = (torch.rand(4), np.random.rand(2), random.random())
-    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
-    module.on_load_checkpoint({})  # a checkpoint without them (older runs) loads too
+    module.on_train_epoch_start()
+    first = draws()
+    torch.manual_seed(6), np.random.seed(6), random.seed(6)  # whatever came before: a fresh process, say
+    module.on_train_epoch_start()
+    again = draws()
+    assert torch.equal(first[0], again[0]) and np.array_equal(first[1], again[1]) and first[2] == again[2]
+    seed_epoch(3, 1, 4)
+    assert torch.equal(torch.rand(4), first[0]), "the hook seeds from (seed, rank, epoch)"
+    for rank, epoch in ((0, 4), (1, 5)):  # another rank, or the next epoch: other draws
+        seed_epoch(3, rank, epoch)
+        assert not torch.equal(torch.rand(4), first[0])
 
 
 @pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])

@@ -265,7 +265,9 @@ def run_train(repo_root: Path, tmp_path: Path, args: list[str], timeout: int = 6
     (hooks / "sitecustomize.py").write_text(AUDIT_HOOK)
     writes = tmp_path / "writes.log"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "VITLADDER_TEST_WRITES": str(writes),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))}
+           # This checkout's sources, whatever copy is installed: the working directory is elsewhere.
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), str(repo_root / "src"),
+                                                        os.environ.get("PYTHONPATH")]))}
     env.pop("LOCAL_RANK", None)  # a fresh job, not a child of some other launcher
     result = subprocess.run([sys.executable, str(repo_root / "train.py"), *args], cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=timeout)

@@ -150,7 +150,7 @@ def load_run_config(meta: LoadedModel, overrides: Sequence[str] = ()) -> DictCon
 
 
 def test_split(cfg: DictConfig) -> tuple[Tensor, Tensor, tuple[str, ...]]:
-    """The run's test split, in the same seeded order as in training: (images uint8, labels, classes)."""
+    """The run's test split, in the same order as in training: (images uint8, labels, classes)."""
     from vitladder.data.datamodule import load_source, split_train_val_test
 
     data = cfg.data

@@ -27,6 +27,18 @@ def load_source(data_cfg: DictConfig) -> ImageSplits:
     raise DataError(f"unknown data source '{source}': use data=cifar10, data=imagefolder or data=synthetic")
 
 
+def per_device_batch(batch_size: int, world_size: int) -> int:
+    """``data.batch_size`` is the global batch: each of ``world_size`` processes takes an equal share, so
+    the steps per epoch, the warmup and the learning rate are the recipe's on any number of devices."""
+    if batch_size < 1 or batch_size % world_size:
+        fits = max(world_size, batch_size - batch_size % world_size)
+        raise UserError(
+            f"data.batch_size={batch_size} is the global batch and must split evenly over {world_size} devices: "
+            f"choose a multiple of {world_size}, e.g. data.batch_size={fits}"
+        )
+    return batch_size // world_size
+
+
 @dataclass(frozen=True)
 class Split:
     images: torch.Tensor  # (N, 3, 32, 32) uint8
@@ -36,8 +48,10 @@ class Split:
 def split_train_val_test(
     splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
 ) -> tuple[Split, Split, Split]:
-    """Holds out a seeded validation set from train; shuffles test once (seeded) so that "the first N
-    test images" is a fixed sample of every class even where files come ordered by class."""
+    """Holds out a seeded validation set from train. The test set keeps its official order when the
+    source has one (CIFAR-10: "the first N test images" are the published ones); otherwise it is
+    shuffled once (seeded), so that the first N are a fixed sample of every class even where files
+    come grouped by class."""
     generator = torch.Generator().manual_seed(split_seed)
     order = torch.randperm(len(splits.train_labels), generator=generator)
     if val_size >= len(order):
@@ -45,7 +59,10 @@ def split_train_val_test(
     val_idx, train_idx = order[:val_size], order[val_size:]
     if train_subset:
         train_idx = train_idx[:train_subset]
-    test_idx = torch.randperm(len(splits.test_labels), generator=generator)
+    if splits.official_test_order:
+        test_idx = torch.arange(len(splits.test_labels))
+    else:
+        test_idx = torch.randperm(len(splits.test_labels), generator=generator)
     if test_subset:
         test_idx = test_idx[:test_subset]
 
@@ -117,7 +134,7 @@ class ImageDataModule(L.LightningDataModule):
         return DeviceBatches(
             split.images,
             split.labels,
-            int(self.cfg.batch_size),
+            per_device_batch(int(self.cfg.batch_size), world_size),
             shuffle=train,
             augment=train and (int(self.cfg.random_crop_padding) > 0 or bool(self.cfg.horizontal_flip)),
             crop_padding=int(self.cfg.random_crop_padding),

@@ -17,9 +17,11 @@ from torch import Tensor
 from vitladder.data.augment import normalize, random_crop, random_flip
 
 
-def _stream_seed(*parts: object) -> int:
-    # Hashing (seed, epoch, stream) gives unrelated generators for neighbouring epochs and ranks,
-    # which "seed + epoch" would not (epoch 1 of seed 0 would replay epoch 0 of seed 1).
+def stream_seed(*parts: object) -> int:
+    """A 63-bit seed for one random stream, e.g. ``(seed, epoch, "order")``.
+
+    Hashing gives unrelated generators for neighbouring epochs and ranks, which "seed + epoch" would
+    not (epoch 1 of seed 0 would replay epoch 0 of seed 1)."""
     digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
@@ -31,10 +33,13 @@ class DeviceBatches:
     device. ``augment`` turns on a random crop (``crop_padding`` 0: none) and, if ``flip``, a random
     horizontal flip.
 
-    With several ranks, every rank draws the same permutation and keeps ``perm[rank::world_size]``;
-    the permutation is wrapped around (``drop_last=False``) or cut (``drop_last=True``) so that every
-    rank gets the same number of batches, as DDP requires. ``drop_last`` also drops a rank's last,
-    incomplete batch.
+    With several ranks, every rank draws the same permutation and keeps ``perm[rank::world_size]``.
+    Training (``drop_last=True``) cuts the permutation to a multiple of ``world_size`` and drops a rank's
+    last, incomplete batch, so every rank takes the same number of equal batches, as DDP's gradient
+    all-reduce requires. Evaluation (``drop_last=False``) visits every sample exactly once over all
+    ranks: no wrap-around padding, so a rank may hold one sample (and one batch) fewer than another.
+    That is safe because an evaluation step makes no collective call (the model has no buffers to
+    broadcast); metrics are synchronised once, at the end of the epoch.
 
     ``iter()`` yields the epoch that ``epoch_source()`` returns at that moment (the datamodule passes
     the trainer's epoch, also right after a resume), or else the one last given to :meth:`set_epoch`.
@@ -77,7 +82,8 @@ class DeviceBatches:
         self.epoch_source = epoch_source
 
         n = images.shape[0]
-        self.samples_per_rank = n // world_size if drop_last else math.ceil(n / world_size)
+        # drop_last: the same count on every rank; otherwise this rank's share of range(rank, n, world_size).
+        self.samples_per_rank = n // world_size if drop_last else len(range(rank, n, world_size))
         self.num_batches = (
             self.samples_per_rank // batch_size if drop_last else math.ceil(self.samples_per_rank / batch_size)
         )
@@ -93,14 +99,13 @@ class DeviceBatches:
         """(samples_per_rank,) dataset indices this rank visits in ``epoch``, in order."""
         n, device = self.images.shape[0], self.images.device
         if self.shuffle:
-            generator = torch.Generator(device=device).manual_seed(_stream_seed(self.seed, epoch, "order"))
+            generator = torch.Generator(device=device).manual_seed(stream_seed(self.seed, epoch, "order"))
             order = torch.randperm(n, generator=generator, device=device)  # same on every rank
         else:
             order = torch.arange(n, device=device)
-        total = self.samples_per_rank * self.world_size
-        if total > n > 0:  # wrap around so that every rank gets as many samples
-            order = order.repeat(math.ceil(total / n))
-        return order[:total][self.rank :: self.world_size]
+        if self.drop_last:  # cut to a multiple of world_size: every rank gets as many samples
+            order = order[: self.samples_per_rank * self.world_size]
+        return order[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         return self._batches(self.epoch_source() if self.epoch_source is not None else self.epoch)
@@ -110,7 +115,7 @@ class DeviceBatches:
         generator = None
         if self.augment:  # one stream per rank: ranks must not crop their shards identically
             generator = torch.Generator(device=self.images.device)
-            generator.manual_seed(_stream_seed(self.seed, epoch, "augment", self.rank))
+            generator.manual_seed(stream_seed(self.seed, epoch, "augment", self.rank))
         for start in range(0, self.num_batches * self.batch_size, self.batch_size):
             batch = indices[start : start + self.batch_size]  # (B,)
             images = self.images[batch]  # (B, C, H, W) uint8, gathered on the device

@@ -45,6 +45,9 @@ class ImageSplits:
     test_images: torch.Tensor  # (M, 3, 32, 32) uint8
     test_labels: torch.Tensor  # (M,) int64
     classes: tuple[str, ...]
+    # True when the test images come in the dataset's official order (torchvision's CIFAR-10), so
+    # "the first N test images" means the published ones; False for files grouped by class.
+    official_test_order: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +94,8 @@ def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
 
     train_images, train_labels = to_tensors(train)
     test_images, test_labels = to_tensors(test)
-    return ImageSplits(train_images, train_labels, test_images, test_labels, tuple(train.classes))
+    return ImageSplits(train_images, train_labels, test_images, test_labels, tuple(train.classes),
+                       official_test_order=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 The folder holds ``index.html``, ``demo.css``, ``demo.js`` (copied from ``static/``) and
 ``data.js`` (this run's numbers, see :mod:`vitladder.demo.pack`). It needs no build step,
 no network and no server: open ``index.html`` from disk or serve the folder statically.
-The images are the first N of the run's own seeded test split (as in the analysis).
+The images are the first N of the run's own test split, as in the analysis (CIFAR-10's official order).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit, num_parameters
+from vitladder.training.module import optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module
 
 __all__ = [
@@ -198,9 +199,10 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
     model = build_vit(config).to(device).train()
     if s.compile:
         model.compile()
+    use_tensor_cores()
     optim = cfg.optim
     optimizer = create_optimizer_v2(model, opt="adamw", lr=optim.lr, weight_decay=optim.weight_decay,
-                                    betas=tuple(optim.betas))
+                                    betas=tuple(optim.betas), **optimizer_kwargs(device))
     criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
     autocast = _autocast(device, cfg.trainer.precision)
 

@@ -62,15 +62,20 @@ def format_seconds(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+# Beyond this the ladder does not start unless confirmed: the full recipe on a CPU is ~1,000 hours.
+LONG_LADDER_S = 24 * 3600
+
+
 def run_ladder(
     runs: Sequence[PlannedRun],
     train: Callable[..., dict],
     estimate: Callable[[Sequence[DictConfig]], list[float]],
     log: Callable[[str], None] = print,
+    max_seconds: float | None = LONG_LADDER_S,
 ) -> list[dict]:
     """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
     A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
-    trained afresh)."""
+    trained afresh), and so does an estimate over ``max_seconds`` (None: no limit), saying how to go on."""
     from vitladder.training.run import is_finished, read_summary, replaces_old_run
 
     replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
@@ -78,8 +83,15 @@ def run_ladder(
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
     expected = estimate([run.cfg for run in todo]) if todo else []
+    total = f"estimated time for {len(todo)} runs on this machine: {format_seconds(sum(expected))}"
+    if todo and max_seconds is not None and sum(expected) > max_seconds:
+        raise UserError(
+            f"{total}, far beyond a working day: the full recipe is meant for a GPU. Run PROFILE=smoke for a few "
+            "minutes, or run on a GPU machine (choose its accelerator with ARGS=trainer.accelerator=gpu), or add "
+            "CONFIRM_LONG=1 (scripts/ladder.py --yes) to run it here anyway"
+        )
     if todo:
-        log(f"estimated time for {len(todo)} runs on this machine: {format_seconds(sum(expected))}")
+        log(total)
     started = time.time()
     for position, run in enumerate(todo):
         log(f"[{position + 1}/{len(todo)}] {run.rung} (seed {run.seed}) -> {run.run_dir}")

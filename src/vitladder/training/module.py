@@ -16,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
-from vitladder.training.resume import restore_rng_state, rng_state
+from vitladder.training.resume import seed_epoch
 
 
 class TrainingDiverged(UserError):
@@ -39,6 +39,18 @@ def build_mixup(mixup_alpha: float, cutmix_alpha: float, prob: float, switch_pro
     )
 
 
+def use_tensor_cores() -> None:
+    """Where CUDA is, float32 matrix products outside autocast may use TF32 (Ampere and later). Set before a
+    trainer starts, so Lightning finds it set."""
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
+
+
+def optimizer_kwargs(device: torch.device) -> dict:
+    """AdamW's fused CUDA kernel: one launch per step for every parameter instead of a few per tensor."""
+    return {"fused": True} if device.type == "cuda" else {}
+
+
 class LadderModule(L.LightningModule):
     def __init__(
         self,
@@ -49,14 +61,17 @@ class LadderModule(L.LightningModule):
         max_epochs: int,
         warmup_epochs: float,
         compile: bool = False,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
         # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger). Named, not read
         # from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
         self.save_hyperparameters({"model": model, "optim": optim, "label_smoothing": label_smoothing, "mixup": mixup,
-                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile},
+                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile,
+                                   "seed": seed},
                                   logger=False)
+        use_tensor_cores()
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
@@ -74,8 +89,12 @@ class LadderModule(L.LightningModule):
 
     def configure_model(self) -> None:
         if self.hparams.compile:
-            # In-place compile keeps the state_dict keys free of `_orig_mod.`.
+            # In-place compile keeps the state_dict keys free of `_orig_mod.`. The analysis hooks still
+            # work: analyse() runs the model eagerly (torch.compiler.set_stance("force_eager")).
             self.model.compile()
+
+    def on_train_epoch_start(self) -> None:
+        seed_epoch(int(self.hparams.seed), self.global_rank, self.current_epoch)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)  # (B, num_classes)
@@ -88,7 +107,9 @@ class LadderModule(L.LightningModule):
         logits = self(images)
         loss = self.train_criterion(logits, targets)
         self.train_loss.update(loss.detach())
-        self.train_acc.update(logits.detach(), labels)
+        # Under MixUp/CutMix the image is a blend: train/acc scores the dominant class of its mixed target.
+        scored = targets.argmax(dim=-1) if targets.ndim == 2 else labels  # (B,)
+        self.train_acc.update(logits.detach(), scored)
         return loss
 
     def on_train_epoch_end(self) -> None:
@@ -107,6 +128,9 @@ class LadderModule(L.LightningModule):
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], loss_metric: MeanMetric,
                   acc_metric: MulticlassAccuracy) -> None:
         images, labels = batch
+        # A compiled model then builds one eval graph for any batch size (the last batch is smaller),
+        # instead of a static one first and a dynamic one at the first partial batch.
+        torch._dynamo.maybe_mark_dynamic(images, 0)
         logits = self(images)
         loss_metric.update(self.eval_criterion(logits, labels), weight=labels.numel())
         acc_metric.update(logits, labels)
@@ -125,7 +149,8 @@ class LadderModule(L.LightningModule):
         optim = self.hparams.optim
         # timm's factory keeps weight decay off biases, norms, the CLS token and position embeddings.
         optimizer = create_optimizer_v2(
-            self.model, opt="adamw", lr=optim["lr"], weight_decay=optim["weight_decay"], betas=tuple(optim["betas"])
+            self.model, opt="adamw", lr=optim["lr"], weight_decay=optim["weight_decay"], betas=tuple(optim["betas"]),
+            **optimizer_kwargs(self.device),
         )
         steps_per_epoch = self._steps_per_epoch()
         total_steps = steps_per_epoch * self.hparams.max_epochs
@@ -140,14 +165,6 @@ class LadderModule(L.LightningModule):
             t_in_epochs=False,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # With the RNG streams saved, a resumed run draws the same MixUp and drop-path samples.
-        checkpoint["rng_state"] = rng_state()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "rng_state" in checkpoint:
-            restore_rng_state(checkpoint["rng_state"])
 
     def _steps_per_epoch(self) -> int:
         # Not trainer.estimated_stepping_batches: it starts iterating the training data before a

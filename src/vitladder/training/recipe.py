@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
-# speed.compile changes kernels, not the recipe.
+# speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned.
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
-    "output_root", "run_dir", "ladder", "overwrite", "wandb", "speed.compile",
+    "output_root", "run_dir", "ladder", "overwrite", "wandb", "speed.compile", "checkpoint", "trainer.inference_mode",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "trainer.default_root_dir", "analysis.batch_size", "data.cache_dir", "data.max_file_mib",
 )

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from vitladder.atomic import atomic_path
+from vitladder.data.device_batches import stream_seed
 from vitladder.errors import CheckpointError
 from vitladder.safe_load import load_checkpoint_file
 
@@ -72,28 +73,14 @@ def last_logged(metrics_csv: Path, key: str) -> float:
     return float(values[-1])
 
 
-def rng_state() -> dict:
-    """Global RNG streams (MixUp/CutMix draws from numpy, drop path from torch) for the checkpoint,
-    as tensors and numbers only, so the checkpoint still loads with `weights_only=True`."""
-    _, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def seed_epoch(seed: int, rank: int, epoch: int) -> None:
+    """Seeds the global RNG streams (MixUp/CutMix draws from numpy, drop path from torch, CPU and CUDA)
+    from ``(seed, rank, epoch)``, at the start of every training epoch.
 
-
-def restore_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    numpy_state = state["numpy"]
-    np.random.set_state((
-        "MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["position"],
-        numpy_state["has_gauss"], numpy_state["cached_gaussian"],
-    ))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    Each rank draws its own MixUp/CutMix and drop-path samples, and an epoch's draws depend on nothing
+    that happened before it, so a run resumed at an epoch boundary draws exactly what an uninterrupted
+    one draws, with no RNG state saved in the checkpoint."""
+    value = stream_seed(seed, rank, epoch, "global")
+    torch.manual_seed(value)  # every device's generator too
+    np.random.seed(value % 2**32)
+    random.seed(value)

@@ -11,13 +11,14 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.outputs import analysis_summary_for_done
 from vitladder.atomic import save_torch, write_json, write_text
 from vitladder.config import scaled_epochs
-from vitladder.data.datamodule import ImageDataModule
+from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
@@ -90,6 +91,7 @@ def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
         max_epochs=max_epochs,
         warmup_epochs=warmup_epochs,
         compile=bool(cfg.speed.compile),
+        seed=int(cfg.seed),
     )
 
 
@@ -129,6 +131,28 @@ def make_csv_logger(paths: RunPaths) -> CSVLogger:
         write_text(paths.metrics_csv, kept)  # ...so the finished epochs are put back,
         writer.metrics_keys = sorted(kept.splitlines()[0].split(","))  # and the writer knows their columns
     return logger
+
+
+def _placement(cfg: DictConfig) -> dict:
+    """Where the run trains: the Trainer arguments that fix its devices and processes."""
+    return {key: cfg.trainer[key] for key in ("accelerator", "devices", "strategy", "num_nodes")}
+
+
+def world_size(cfg: DictConfig) -> int:
+    """How many processes the run will train on, read from a trainer that is built and dropped (no process
+    starts), so that a batch that does not split over them fails before anything is written."""
+    quiet = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # its device lines come with the real one
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        probe = L.Trainer(**_placement(cfg), logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False)
+    except MisconfigurationException as error:
+        where = " ".join(f"trainer.{key}={value}" for key, value in _placement(cfg).items())
+        raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
+    finally:
+        quiet.setLevel(level)
+    return probe.world_size
 
 
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
@@ -182,6 +206,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg))  # the global batch must split over the devices
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()
@@ -212,19 +237,21 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, num_classes=len(datamodule.classes))
-    wandb_logger = make_logger(cfg, paths.root)
+    wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
     csv_logger = make_csv_logger(paths)
-    # Saved at the end of every training epoch, after the divergence check, atomically (AtomicCheckpointIO).
+    # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
     checkpoint = ModelCheckpoint(
         dirpath=str(paths.checkpoints), filename=paths.last_ckpt.stem, enable_version_counter=False,
-        monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced every epoch
+        monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced each time
+        every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
     )
     analysis = AttentionAnalysis.from_config(
         cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size), seed=int(cfg.seed)
     )
     callbacks = [checkpoint, analysis, *axis_callbacks(), WandbAxes()]
     with finished_if_failed():
-        trainer = build_trainer(cfg, paths, [wandb_logger, csv_logger], callbacks)
+        loggers = [logger for logger in (wandb_logger, csv_logger) if logger is not None]
+        trainer = build_trainer(cfg, paths, loggers, callbacks)
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
@@ -239,6 +266,7 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
             "ladder": cfg.ladder,
             "seed": int(cfg.seed),
             "epochs": trainer.current_epoch,
+            "steps": trainer.global_step,  # fewer than epochs x steps per epoch when trainer.max_time stopped it
             "test_acc": float(test_metrics["test/acc"]),
             "test_loss": float(test_metrics["test/loss"]),
             "val_acc": val_acc,
@@ -248,8 +276,9 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
             summary.update(analysis_summary_for_done(analysis.summary))
         if trainer.is_global_zero:
             save_model(module, paths, datamodule.classes, cfg)
-            wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
-            log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
-            wandb_logger.experiment.finish()
+            if wandb_logger is not None:
+                wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+                log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
+                wandb_logger.experiment.finish()
             write_json(paths.done, summary)
     return summary

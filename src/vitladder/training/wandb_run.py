@@ -13,6 +13,7 @@ import netrc
 import os
 import secrets
 import string
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -164,8 +165,11 @@ def wandb_config(cfg: DictConfig) -> dict:
     return {**OmegaConf.to_container(cfg, resolve=True), "rung_index": rung_index(cfg.rung)}
 
 
-def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
+def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
+    """The rung's W&B logger, or None when W&B is disabled (then no W&B run is made)."""
     mode = resolve_mode(cfg.wandb.mode)
+    if mode == "disabled":
+        return None
     return WandbLogger(
         **rung_run(cfg, run_dir),
         config=wandb_config(cfg),
@@ -224,8 +228,7 @@ def finished_if_failed() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        import wandb
-
-        if wandb.run is not None:
+        wandb = sys.modules.get("wandb")  # never imported: no run to close
+        if wandb is not None and wandb.run is not None:
             wandb.run.finish(exit_code=1)
         raise

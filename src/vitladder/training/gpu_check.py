@@ -1,0 +1,269 @@
+"""One prepared check of a GPU machine, within a budget of seconds, with the project's own code throughout:
+
+1. **benchmark**: the top rung's training step at its batch (512) and precision (bf16-mixed on CUDA), eager and
+   ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes;
+2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed fits
+   into what is left of the budget (``profile.epoch_scale`` shortens the schedule, warmup included), with
+   ``trainer.max_time`` as the hard stop; it tests, and analyses the first test images, as every run does;
+3. **report**: the ladder report of that one run (``distance_by_layer.png`` among its figures), ``gpu_check.json``
+   with every figure and ``gpu_check.md``.
+
+``smoke=True`` runs the same path at the smoke profile's width on whatever device there is (the CPU rehearsal).
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from vitladder.analysis.outputs import read_csv
+from vitladder.atomic import write_json, write_text
+from vitladder.config import compose_rung, scaled_epochs
+from vitladder.data.datamodule import ImageDataModule
+from vitladder.errors import UserError
+from vitladder.report.ladder_report import REFERENCE, build_report
+from vitladder.training.benchmark import BenchSettings, time_project
+from vitladder.training.estimate import EVAL_COST
+from vitladder.training.run import RunPaths, train_rung
+
+RUNG = "epochs200"
+SETTINGS = {"eager": False, "compiled": True}  # name -> speed.compile
+TARGETS = {"images_per_s_min": 25_000, "images_per_s_aim": 50_000}  # full model, one H200 (200 epochs < 6 min)
+RESERVE_S = 30.0  # kept after training: test, analysis, model, figures, report
+EPOCH_OVERHEAD_S = 0.3  # per epoch beyond its steps: loop hooks, metrics, CSV row, attention tracking
+RUN_START_S = 5.0  # train_rung before its first step: the data cache, the trainer, moving the data to the device
+COMPILE_REUSE = 0.6  # a compiled run pays this share of the benchmark's compile (its train graph is cached)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    out: Path
+    budget_s: float = 480.0
+    data: str = "synthetic"  # "synthetic" or a folder / archive of train/ and test/
+    smoke: bool = False
+    settings: tuple[str, ...] = tuple(SETTINGS)
+    overrides: tuple[str, ...] = ()  # more Hydra overrides for every config of the check
+
+
+@dataclass
+class Measured:
+    """One benchmarked setting."""
+
+    images_per_s: float
+    step_s: float
+    startup_s: float  # the benchmark's wall time beyond its timed steps: trainer, data, compile
+    epochs: int = 0  # what the rest of the budget fits at this speed
+
+
+@dataclass
+class Clock:
+    budget_s: float
+    started: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def phase(self, name: str, since: float) -> None:
+        self.phases[name] = round(time.perf_counter() - since, 1)
+
+
+def compose(options: CheckOptions, *extra: str) -> DictConfig:
+    """The top rung's config for the check: the full profile (or smoke), one device, no W&B, no checkpoints."""
+    data = (["data=synthetic"] if options.data == "synthetic"
+            else ["data=imagefolder", f"data.root={options.data}"])
+    return compose_rung(RUNG, [
+        *(["profile=smoke"] if options.smoke else []), *data, "trainer.devices=1", "trainer.enable_progress_bar=false",
+        "wandb.mode=disabled", "checkpoint.every_n_epochs=0", "ladder=gpu-check",
+        f"run_dir={options.out / RUNG}", *options.overrides, *extra,
+    ])
+
+
+def plan_epochs(seconds: float, images_per_s: float, num_train: int, num_val: int, max_epochs: int) -> int:
+    """Whole epochs (train + validation) that fit into ``seconds`` at ``images_per_s``; at least 1."""
+    epoch_s = (num_train + EVAL_COST * num_val) / images_per_s + EPOCH_OVERHEAD_S
+    return max(1, min(max_epochs, int(seconds / epoch_s)))
+
+
+def max_time(seconds: float) -> str:
+    """``trainer.max_time`` as DD:HH:MM:SS, at least one second."""
+    total = max(1, int(seconds))
+    days, rest = divmod(total, 86_400)
+    return f"{days:02d}:{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+def choose(measured: dict[str, Measured]) -> str:
+    """The setting that trains the most epochs in the budget; the faster one when they tie."""
+    return max(measured, key=lambda name: (measured[name].epochs, measured[name].images_per_s))
+
+
+def device_info() -> dict:
+    import lightning
+    import timm
+
+    cuda = torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
+        "device_type": "cuda" if cuda else "cpu",
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        "lightning": lightning.__version__, "timm": timm.__version__, "cpu_threads": torch.get_num_threads(),
+    }
+
+
+def _can_compile(device: str) -> str | None:
+    """Why torch.compile cannot run here, or None. Inductor builds CPU kernels with a C++ compiler."""
+    if device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return "no C++ compiler for inductor's CPU kernels"
+    return None
+
+
+def benchmark(options: CheckOptions, clock: Clock, device: str,
+              log: Callable[[str], None]) -> tuple[dict[str, Measured], dict[str, str], ImageDataModule]:
+    """(measured settings, skipped settings with why, the data) for the top rung's training step."""
+    measured: dict[str, Measured] = {}
+    skipped: dict[str, str] = {}
+    cfg = compose(options)
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule.prepare_data()
+    datamodule.setup()
+    steps = (10, 40) if device == "cuda" else (3, 10)  # warm-up, timed
+    for name in options.settings:
+        reason = _can_compile(device) if SETTINGS[name] else None
+        if reason is None and SETTINGS[name] and clock.left() < 0.4 * clock.budget_s:
+            reason = f"{clock.left():.0f} s left of the budget: no time to compile"
+        if reason:
+            skipped[name] = reason
+            log(f"benchmark {name}: skipped ({reason})")
+            continue
+        setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
+        s = BenchSettings("full" if not options.smoke else "tiny", int(cfg.model.embed_dim), device,
+                          int(cfg.data.batch_size), warmup=steps[0], steps=steps[1], rounds=1, rung=RUNG,
+                          compile=SETTINGS[name])
+        started = time.perf_counter()
+        try:
+            step_s = time_project(setting_cfg, datamodule, s)
+        except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
+            if not measured and name == options.settings[-1]:
+                raise
+            skipped[name] = f"failed: {type(error).__name__}: {(str(error).strip() or '-').splitlines()[0][:200]}"
+            log(f"benchmark {name}: {skipped[name]}")
+            continue
+        wall = time.perf_counter() - started
+        measured[name] = Measured(s.batch_size / step_s, step_s, max(0.0, wall - (sum(steps) + 1) * step_s))
+        log(f"benchmark {name}: {measured[name].images_per_s:,.0f} images/s ({1e3 * step_s:.1f} ms a step of "
+            f"{s.batch_size}), {measured[name].startup_s:.1f} s to start")
+    if not measured:
+        raise UserError(f"no setting could be benchmarked ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
+    return measured, skipped, datamodule
+
+
+def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
+    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds."""
+    clock = Clock(options.budget_s)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not options.smoke:
+        raise UserError("no CUDA device is visible: run this on a GPU machine, or --smoke for the CPU rehearsal")
+    base = compose(options)
+    precision = str(base.trainer.precision)
+    since = time.perf_counter()
+    measured, skipped, datamodule = benchmark(options, clock, device, log)
+    num_train, num_val = len(datamodule.train.labels), len(datamodule.val.labels)
+    del datamodule  # train_rung loads its own (from the decoded-image cache)
+    clock.phase("benchmark", since)
+
+    # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it.
+    full_epochs, _ = scaled_epochs(base)
+    train_s = clock.left() - RESERVE_S
+    for name, m in measured.items():
+        start = RUN_START_S + (COMPILE_REUSE * m.startup_s if SETTINGS[name] else 0.0)
+        m.epochs = plan_epochs(train_s - start, m.images_per_s, num_train, num_val, full_epochs)
+    best_speed = max(measured, key=lambda name: measured[name].images_per_s)
+    setting = choose(measured)
+    epochs = measured[setting].epochs
+    log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, within {max(train_s, 1):.0f} s")
+
+    since = time.perf_counter()
+    cfg = compose(options, f"speed.compile={str(SETTINGS[setting]).lower()}",
+                  f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
+                  f"trainer.max_time={max_time(train_s)}")
+    summary = train_rung(cfg)
+    clock.phase("train_test_analyse", since)
+
+    since = time.perf_counter()
+    report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
+    layers = [{"layer": int(r["layer"]), "distance_px": float(r["distance_px"]),
+               "entropy_nats": float(r["entropy_nats"])} for r in read_csv(RunPaths(Path(cfg.run_dir)).analysis
+                                                                          / "layers.csv")]
+    result = {
+        **device_info(),
+        "smoke": options.smoke, "budget_s": options.budget_s, "precision": precision,
+        "fused_adamw": device == "cuda", "tf32": device == "cuda",
+        "batch_size": int(base.data.batch_size), "width": int(base.model.embed_dim),
+        "benchmark": {name: {"images_per_s": round(m.images_per_s, 1), "step_ms": round(1e3 * m.step_s, 3),
+                             "startup_s": round(m.startup_s, 1), "epochs_in_budget": m.epochs}
+                      for name, m in measured.items()},
+        "skipped": skipped,
+        "best": {"setting": best_speed, "images_per_s": round(measured[best_speed].images_per_s, 1),
+                 "compile": SETTINGS[best_speed], "precision": precision, "fused_adamw": device == "cuda",
+                 "tf32": device == "cuda"},
+        "targets": {**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
+        "train": {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs,
+                  "epochs_trained": int(summary["epochs"]), "max_time": max_time(train_s),
+                  "steps_planned": epochs * (num_train // int(base.data.batch_size)), "steps_trained": summary["steps"],
+                  "data": options.data, "train_images": num_train, "val_images": num_val},
+        "test_acc": summary["test_acc"], "val_acc": summary["val_acc"],
+        "analysis": {"images": summary.get("analysis_images"), "layers": layers,
+                     "layer1_distance_px": summary.get("layer1_distance_px"),
+                     "uniform_distance_px": summary.get("uniform_distance_px"),
+                     "layer1_entropy_nats": summary.get("layer1_entropy_nats")},
+        "reference": {"test_acc": REFERENCE[RUNG]["test_acc"], "epochs": int(base.optim.epochs),
+                      "layer1_distance_px": REFERENCE[RUNG]["layer1_distance_px"]},
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+    clock.phase("report", since)
+    result["phases_s"] = clock.phases
+    result["wall_s"] = round(clock.elapsed(), 1)
+    write_json(options.out / "gpu_check.json", result)
+    write_text(options.out / "gpu_check.md", markdown(result, report.name))
+    return result
+
+
+def markdown(r: dict, report_name: str) -> str:
+    """The short human summary of gpu_check.json."""
+    rows = "\n".join(f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | "
+                     f"{m['epochs_in_budget']} |" for name, m in r["benchmark"].items())
+    t, a = r["train"], r["analysis"]
+    lines = [
+        f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}", "",
+        f"torch {r['torch']} (CUDA {r['cuda']}), lightning {r['lightning']}, timm {r['timm']}, Python {r['python']}; "
+        f"budget {r['budget_s']:.0f} s, wall {r['wall_s']:.0f} s; `{r['command']}`", "",
+        f"Training step of the `{t['rung']}` model (width {r['width']}, batch {r['batch_size']}, {r['precision']}, "
+        f"fused AdamW {'on' if r['fused_adamw'] else 'off'}, TF32 {'on' if r['tf32'] else 'off'}):", "",
+        "| setting | images/s | ms/step | start-up s | epochs in budget |", "|---|---|---|---|---|", rows, "",
+        f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
+        f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
+        f"{'met' if r['targets']['met'] else 'not met'}).", "",
+        f"`{t['rung']}` on {t['train_images']:,} training images ({t['data']}): {t['epochs_trained']} of "
+        f"{t['epochs_of_recipe']} epochs ({t['steps_trained']:,} of {t['steps_planned']:,} planned steps, "
+        f"{t['setting']}): test accuracy **{r['test_acc']:.1%}** "
+        f"(reference, {r['reference']['epochs']} epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
+        f"**{a['layer1_distance_px']:.1f} px** over {a['images']} test images (reference "
+        f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).", "",
+        "| layer | distance (px) | entropy (nats) |", "|---|---|---|",
+        *(f"| {row['layer']} | {row['distance_px']:.2f} | {row['entropy_nats']:.3f} |" for row in a["layers"]), "",
+        "![distance per layer](distance_by_layer.png)", "",
+        f"Phases (s): {', '.join(f'{k} {v:.0f}' for k, v in r['phases_s'].items())}. "
+        f"Every figure: `gpu_check.json`; the run: `{t['rung']}/`; its report: `{report_name}`.", "",
+    ]
+    return "\n".join(lines)

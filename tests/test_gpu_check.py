@@ -1,0 +1,213 @@
+"""The prepared GPU check: its CPU rehearsal (`scripts/gpu_check.py --smoke`) writes every file, the wheels carried
+to the GPU machine cover every import it makes that the machine lacks, and its planning and mistakes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from vitladder.training.gpu_check import RESERVE_S, Measured, choose, max_time, plan_epochs
+
+# Records, at exit, every module the process imported.
+MODULE_DUMP = textwrap.dedent(
+    """
+    import atexit, os, sys
+
+    def _dump():
+        with open(os.environ["VITLADDER_TEST_MODULES"], "w") as f:
+            f.write("\\n".join(sorted(sys.modules)))
+
+    atexit.register(_dump)
+    """
+)
+# The GPU machine: Python 3.12 on Linux x86_64 (for the environment markers of requirements).
+GPU_MACHINE = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+               "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+               "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
+SMOKE_BUDGET = 60
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def listed(path: Path) -> set[str]:
+    """Distribution names of a requirements-style file (comments and pins dropped)."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return {normalise(Requirement(line).name) for line in lines if line}
+
+
+def run_check(repo_root: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(MODULE_DUMP)
+    modules = tmp_path / "modules.txt"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}  # the check's own: off
+    env.update(VITLADDER_TEST_MODULES=str(modules),
+               PYTHONPATH=os.pathsep.join([str(hooks), str(repo_root / "src"), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, str(repo_root / "scripts" / "gpu_check.py"), *args], cwd=repo_root,
+                            env=env, capture_output=True, text=True, timeout=900)
+    return result, modules.read_text().split() if modules.exists() else []
+
+
+@pytest.fixture(scope="module")
+def smoke(repo_root, tmp_path_factory):
+    """One CPU rehearsal on synthetic data with a small budget: (output folder, result, imported modules, wall s)."""
+    tmp_path = tmp_path_factory.mktemp("gpu_check")
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    result, modules = run_check(repo_root, tmp_path, "--smoke", "--data", "synthetic", "--settings", "eager",
+                                "--budget", str(SMOKE_BUDGET), "--out", str(out), "data.train_subset=1000",
+                                "data.test_subset=200", "analysis.num_images=50")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return out, json.loads((out / "gpu_check.json").read_text()), modules, time.perf_counter() - started
+
+
+def test_the_cpu_rehearsal_benchmarks_trains_analyses_and_writes_its_files(smoke):
+    out, result, _, _ = smoke
+    for name in ("gpu_check.json", "gpu_check.md", "distance_by_layer.png", "report.md"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert result["smoke"] and result["device_type"] == "cpu" and result["width"] == 48
+    eager = result["benchmark"]["eager"]
+    assert eager["images_per_s"] > 0 and eager["step_ms"] > 0 and result["best"]["setting"] == "eager"
+    assert result["best"]["compile"] is False and result["best"]["precision"] == "32-true"
+    train = result["train"]
+    assert train["rung"] == "epochs200" and train["epochs_of_recipe"] == 2  # the smoke profile's 1% of 200
+    assert 1 <= train["epochs_trained"] <= train["epochs_planned"] <= 2 and train["train_images"] == 1000
+    assert 1 <= train["steps_trained"] <= train["steps_planned"] == train["epochs_planned"] * (1000 // 64)
+    assert 0.0 <= result["test_acc"] <= 1.0
+    layers = result["analysis"]["layers"]
+    assert [row["layer"] for row in layers] == list(range(7)) and result["analysis"]["images"] == 50
+    assert all(0 < row["distance_px"] < 2 * result["analysis"]["uniform_distance_px"] for row in layers)
+    assert result["analysis"]["layer1_distance_px"] == pytest.approx(layers[1]["distance_px"], abs=1e-5)
+    done = json.loads((out / "epochs200" / "done.json").read_text())
+    assert done["test_acc"] == result["test_acc"] and done["epochs"] == train["epochs_trained"]
+    assert not (out / "epochs200" / "wandb").exists(), "W&B is off in the check"
+    markdown = (out / "gpu_check.md").read_text()
+    assert f"{result['test_acc']:.1%}" in markdown and "distance_by_layer.png" in markdown
+
+
+def test_the_cpu_rehearsal_keeps_to_its_budget(smoke):
+    _, result, _, wall = smoke
+    assert wall < 180, "the rehearsal takes under 3 minutes"
+    # Training is stopped at what the benchmark left of the budget, less the reserve for test, analysis and report.
+    days, hours, minutes, seconds = map(int, result["train"]["max_time"].split(":"))
+    benchmark_s = result["phases_s"]["benchmark"]
+    assert 0 < ((days * 24 + hours) * 60 + minutes) * 60 + seconds <= max(1, SMOKE_BUDGET - benchmark_s - RESERVE_S + 1)
+    assert set(result["phases_s"]) == {"benchmark", "train_test_analyse", "report"}
+
+
+def distributions_of(modules: list[str]) -> set[str]:
+    """The installed distributions that provide the top-level packages of ``modules`` (this project excluded)."""
+    providers = packages_distributions()
+    tops = {name.split(".")[0] for name in modules} - set(sys.stdlib_module_names)
+    return {normalise(dist) for top in tops for dist in providers.get(top, [])} - {"vitladder"}
+
+
+def test_the_carried_wheels_cover_every_import_the_check_makes_that_the_gpu_machine_lacks(smoke, repo_root):
+    _, _, modules, _ = smoke
+    imported = distributions_of(modules)
+    assert {"torch", "lightning", "timm", "hydra-core", "omegaconf"} <= imported  # the dump is real
+    preinstalled = listed(repo_root / "gpu" / "preinstalled.txt")
+    carried = listed(repo_root / "gpu" / "requirements.txt")
+    missing = sorted(imported - preinstalled - carried)
+    assert not missing, f"imported by the check, not on the GPU machine, not in gpu/requirements.txt: {missing}"
+
+
+def test_the_carried_wheels_need_nothing_the_gpu_machine_lacks(repo_root):
+    # Installed there with --no-deps: every requirement of a carried wheel must be carried or already there.
+    preinstalled = listed(repo_root / "gpu" / "preinstalled.txt")
+    carried = listed(repo_root / "gpu" / "requirements.txt")
+    unmet = {}
+    for dist in sorted(carried):
+        try:
+            needs = requires(dist) or []
+        except PackageNotFoundError:
+            pytest.fail(f"{dist} (gpu/requirements.txt) is not installed here, so its requirements cannot be checked")
+        for spec in needs:
+            requirement = Requirement(spec)
+            if requirement.marker is None or requirement.marker.evaluate(GPU_MACHINE):
+                if normalise(requirement.name) not in preinstalled | carried:
+                    unmet.setdefault(dist, []).append(requirement.name)
+    assert not unmet, f"requirements neither carried nor on the GPU machine: {unmet}"
+
+
+def test_make_gpu_check_installs_the_wheels_offline_and_runs_the_check(repo_root):
+    dry_run = subprocess.run(["make", "-n", "gpu-check", "BUDGET=300", "GPU_OUT=out/check", "ARGS=seed=1"],
+                             cwd=repo_root, capture_output=True, text=True, check=True).stdout
+    install = next(line for line in dry_run.splitlines() if "pip install" in line)
+    for flag in ("--no-index", "--no-deps", "--target gpu/site", "gpu/wheels/*.whl"):
+        assert flag in install
+    check = dry_run[dry_run.index("PYTHONPATH=src:gpu/site"):]
+    assert "scripts/gpu_check.py --budget 300" in check and "--out out/check" in check and "seed=1" in check
+
+
+def test_epochs_fit_the_time_left():
+    # 45,000 + 5,000 / 3 image-equivalents an epoch at 50,000 images/s: 0.933 s + 0.3 s of overhead = 1.233 s.
+    assert plan_epochs(100.0, 50_000, 45_000, 5_000, 200) == 81
+    assert plan_epochs(300.0, 50_000, 45_000, 5_000, 200) == 200  # 243 fit: capped at the recipe's 200
+    assert plan_epochs(5.0, 100, 45_000, 5_000, 200) == 1  # at least one epoch
+    assert max_time(3725.9) == "00:01:02:05" and max_time(0.2) == "00:00:00:01"
+
+
+def test_the_setting_that_trains_longest_is_chosen():
+    eager, compiled = Measured(30_000, 0.017, 5.0, epochs=150), Measured(45_000, 0.011, 60.0, epochs=180)
+    assert choose({"eager": eager, "compiled": compiled}) == "compiled"
+    compiled.epochs = 140  # its compile eats more time than its speed gives back
+    assert choose({"eager": eager, "compiled": compiled}) == "eager"
+    eager.epochs = compiled.epochs = 200  # both fit the whole recipe: the faster one
+    assert choose({"eager": eager, "compiled": compiled}) == "compiled"
+
+
+def load_script(repo_root: Path):
+    spec = importlib.util.spec_from_file_location("script_gpu_check", repo_root / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "synthetic"], "no CUDA device is visible"),
+    (["--smoke", "--data", "nowhere/cifar.tar.xz"], "no CIFAR-10 at nowhere/cifar.tar.xz"),
+    (["--smoke", "--settings", "fast"], "--settings 'fast': choose from eager, compiled"),
+    (["--smoke", "--budget", "0"], "--budget 0.0"),
+])
+def test_mistakes_are_one_line_and_write_nothing(repo_root, tmp_path, capsys, args, message):
+    if "CUDA" in message:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is here")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        load_script(repo_root).main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err
+    assert not out.exists()
+
+
+def test_an_output_folder_with_files_is_refused(repo_root, tmp_path, capsys):
+    (tmp_path / "gpu_check.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        load_script(repo_root).main(["--smoke", "--out", str(tmp_path)])
+    assert "already holds files" in capsys.readouterr().err
+
+
+def test_missing_packages_name_the_wheels(repo_root, capsys, monkeypatch):
+    script = load_script(repo_root)
+    monkeypatch.setitem(script.NEEDED, "vitladder_no_such_module", "hydra-core")
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--smoke"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "hydra-core not importable" in err and "gpu/wheels" in err

@@ -1,0 +1,87 @@
+"""What a GPU needs, tested on the CPU where it can be: fused AdamW and TF32 on CUDA only, and a compiled model that
+builds one training graph and one evaluation graph, never recompiles between them, and keeps its analysis hooks."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.data.datamodule import ImageDataModule
+from vitladder.training import module as module_module
+from vitladder.training.module import optimizer_kwargs, use_tensor_cores
+from vitladder.training.run import RunPaths, build_module, build_trainer
+
+
+def fit(cfg, module, callbacks=(), **trainer_kwargs) -> L.Trainer:
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks), **trainer_kwargs)
+    trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
+    return trainer
+
+
+def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):
+    assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
+    assert optimizer_kwargs(torch.device("cpu")) == {}
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        use_tensor_cores()
+        assert torch.get_float32_matmul_precision() == "highest"
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        use_tensor_cores()
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, monkeypatch):
+    # As on CUDA; fused AdamW also runs on the CPU, so the path from the module through timm's factory is real.
+    monkeypatch.setattr(module_module, "optimizer_kwargs", lambda device: {"fused": True})
+    cfg = tiny_cfg("patch4")
+    trainer = fit(cfg, build_module(cfg, num_classes=10), fast_dev_run=1)
+    optimizer = trainer.optimizers[0]
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.0, cfg.optim.weight_decay]
+
+
+class GraphCount(L.Callback):
+    """Graphs compiled so far, after each epoch's validation."""
+
+    def __init__(self) -> None:
+        self.after_epoch: list[int] = []
+
+    def on_validation_epoch_end(self, trainer, module) -> None:
+        self.after_epoch.append(counters["stats"]["unique_graphs"])
+
+
+@pytest.mark.slow
+def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_analysis_hooks(tiny_cfg, tmp_path,
+                                                                                           monkeypatch):
+    # Dynamo decides what to (re)compile whatever the backend; "eager" skips inductor's code generation.
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: compile_(self, backend="eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    # 2 epochs of 3 steps (MixUp/CutMix, drop path); validation batches of 64, 64 and 22; test 64 x 3 and 8.
+    cfg = tiny_cfg("stochastic_depth", "speed.compile=true", "data.val_size=150", "data.train_subset=192",
+                   "profile.epoch_scale=0.02")
+    tracking = AttentionAnalysis(tmp_path / "analysis", "stochastic_depth", patch_px=4, num_images=16, batch_size=16,
+                                 track_every_n_epochs=1, track_images=16)
+    graphs = GraphCount()
+    module = build_module(cfg, num_classes=10)
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[tracking, graphs])
+    trainer.fit(module, datamodule=datamodule)
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    assert counters["stats"]["unique_graphs"] > 0, "speed.compile=true compiles the model"
+    # Train, then evaluate at any batch size: two graphs in the first epoch, none after (train <-> eval, test too).
+    assert graphs.after_epoch == [2, 2] and counters["stats"]["unique_graphs"] == 2
+    # The tracking and the final analysis ran the compiled model eagerly and read its attention through the hooks.
+    assert sorted({row["epoch"] for row in tracking.history}) == [0, 1, 2]
+    summary = tracking.summary
+    assert summary is not None and summary.num_images == 16
+    assert torch.isfinite(summary.heads.distance_px).all() and (summary.heads.distance_px > 0).all()

@@ -1,0 +1,166 @@
+"""Several devices keep the recipe: the global batch splits over the ranks, each rank draws its own MixUp/CutMix and
+drop-path randomness from (seed, rank, epoch), and validation and test count every image exactly once. Tested on 2
+and 3 gloo processes on the CPU."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vitladder.config import register_resolvers
+from vitladder.data.augment import normalize
+from vitladder.data.datamodule import load_source, per_device_batch, split_train_val_test
+from vitladder.errors import UserError
+from vitladder.model import ViTConfig, build_vit
+from vitladder.training.resume import seed_epoch
+from vitladder.training.run import train_rung, world_size
+
+
+def rng_fingerprint() -> dict:
+    """The global torch and numpy RNG states, hashed: what MixUp/CutMix and drop path will draw from."""
+    return {"torch": hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest(),
+            "numpy": hashlib.sha1(np.random.get_state()[1].tobytes()).hexdigest()}
+
+
+# Run as `python probe.py OUT_DIR overrides...`; Lightning's DDP launcher starts the other ranks with the same command.
+PROBE = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    import lightning as L
+    import numpy as np
+    import torch
+    from vitladder.config import compose_rung
+    from vitladder.training import run as run_module
+
+    out, overrides = sys.argv[1], sys.argv[2:]
+
+    class Probe(L.Callback):
+        def __init__(self):
+            self.record = {"epochs": [], "lams": []}
+
+        def on_train_start(self, trainer, module):
+            mixup, draw = module.mixup, module.mixup._params_per_batch
+            def recorded():
+                lam, use_cutmix = draw()
+                self.record["lams"].append([trainer.current_epoch, float(lam), bool(use_cutmix)])
+                return lam, use_cutmix
+            mixup._params_per_batch = recorded
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if batch_idx == 0:  # right after the module seeded the epoch: nothing drawn yet
+                self.record["epochs"].append({
+                    "epoch": trainer.current_epoch, "batch": len(batch[1]), "batches": len(trainer.train_dataloader),
+                    "torch": hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest(),
+                    "numpy": hashlib.sha1(np.random.get_state()[1].tobytes()).hexdigest(),
+                    "labels": batch[1][:8].tolist()})
+
+        def on_train_end(self, trainer, module):
+            self.record.update(rank=trainer.global_rank, world_size=trainer.world_size, global_step=trainer.global_step)
+            with open(f"{out}/rank{trainer.global_rank}.json", "w") as f:
+                json.dump(self.record, f)
+
+    probe = Probe()
+    build_trainer = run_module.build_trainer
+    run_module.build_trainer = lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers,
+                                                                                    [*callbacks, probe])
+    run_module.train_rung(compose_rung("stochastic_depth", overrides))
+    """
+)
+
+# 2 smoke epochs of stochastic_depth (MixUp/CutMix, label smoothing, drop path). 97 validation images split unevenly
+# over 2 or 3 ranks (49/48, 33/32/32) into per-rank batches of 24 or 16: one rank has a batch more than another.
+NUM_TRAIN, VAL, TEST, BATCH = 480, 97, 200, 48
+OVERRIDES = ["profile=smoke", "profile.epoch_scale=0.02", "data=synthetic", f"data.num_train={NUM_TRAIN}",
+             f"data.num_test={TEST}", f"data.val_size={VAL}", "data.train_subset=null", "data.test_subset=null",
+             f"data.batch_size={BATCH}", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
+             "analysis.num_images=16", "analysis.track_every_n_epochs=0", "wandb.mode=disabled"]
+
+
+def exact_accuracies(run_dir: Path) -> tuple[float, float]:
+    """(validation, test) accuracy of the saved model over every image of the run's splits, in one process."""
+    register_resolvers()
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    _, val, test = split_train_val_test(load_source(cfg.data), int(cfg.data.val_size), int(cfg.data.split_seed),
+                                        cfg.data.train_subset, cfg.data.test_subset)
+    saved = torch.load(run_dir / "checkpoints" / "model.pt", map_location="cpu")
+    model = build_vit(ViTConfig(**saved["vit_config"])).eval()
+    model.load_state_dict(saved["state_dict"])
+    with torch.no_grad():
+        return tuple((model(normalize(s.images)).argmax(-1) == s.labels).float().mean().item() for s in (val, test))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [2, 3])
+def test_ddp_keeps_the_recipe_draws_per_rank_and_counts_every_image_once(repo_root, tmp_path, devices):
+    probe, out = tmp_path / "probe.py", tmp_path / "out"
+    probe.write_text(PROBE)
+    out.mkdir()
+    # This checkout's sources in every rank, whatever the installed copy (the working directory is tmp_path).
+    pythonpath = os.pathsep.join(filter(None, [str(repo_root / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": pythonpath}
+    env.pop("LOCAL_RANK", None)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(out), *OVERRIDES, f"output_root={out}", f"trainer.devices={devices}",
+         "trainer.strategy=ddp"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    records = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(devices)]
+
+    # The recipe's steps whatever the number of devices: the global batch of 48 is split, not multiplied.
+    steps_per_epoch = (NUM_TRAIN - VAL) // BATCH
+    for record in records:
+        assert record["world_size"] == devices and record["global_step"] == 2 * steps_per_epoch
+        assert all(e["batch"] == BATCH // devices and e["batches"] == steps_per_epoch for e in record["epochs"])
+    assert len({tuple(r["epochs"][0]["labels"]) for r in records}) == devices, "each rank trains on its own shard"
+
+    # Each rank's MixUp/CutMix and drop-path streams: its own, and a pure function of (seed, rank, epoch),
+    # so a run resumed at an epoch boundary draws the same (no RNG state in the checkpoint).
+    for record in records:
+        for epoch in record["epochs"]:
+            seed_epoch(0, record["rank"], epoch["epoch"])
+            assert {k: epoch[k] for k in ("torch", "numpy")} == rng_fingerprint()
+    assert len({r["epochs"][0]["torch"] for r in records}) == devices
+    assert len({tuple(map(tuple, r["lams"])) for r in records}) == devices, "ranks mix their batches differently"
+
+    # Validation and test count every image once: the logged figures are the exact ones over all images.
+    run_dir = out / "smoke" / "stochastic_depth"
+    summary = json.loads((run_dir / "done.json").read_text())
+    val_acc, test_acc = exact_accuracies(run_dir)
+    assert summary["val_acc"] == pytest.approx(val_acc, abs=1e-6)
+    assert summary["test_acc"] == pytest.approx(test_acc, abs=1e-6)
+
+
+def test_the_global_batch_splits_over_the_devices_or_fails_clearly():
+    assert per_device_batch(512, 1) == 512 and per_device_batch(512, 4) == 128
+    with pytest.raises(UserError) as info:
+        per_device_batch(512, 3)
+    message = str(info.value)
+    assert "data.batch_size=512" in message and "3 devices" in message and "data.batch_size=510" in message
+
+
+def test_a_batch_that_does_not_split_fails_before_anything_is_written(tiny_cfg, tmp_path):
+    cfg = tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=3", "trainer.strategy=ddp",
+                   "data.batch_size=64")
+    assert world_size(cfg) == 3
+    with pytest.raises(UserError, match="must split evenly over 3 devices"):
+        train_rung(cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unavailable_accelerator_is_one_line():
+    from vitladder.config import compose_rung
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(UserError) as info:
+        world_size(compose_rung("patch8", ["trainer.accelerator=gpu"]))
+    assert "trainer.accelerator=gpu" in str(info.value) and "\n" not in str(info.value)
