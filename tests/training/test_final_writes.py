@@ -47,7 +47,7 @@ class CrashAtEpoch(L.Callback):
 
 @pytest.fixture
 def cfg(tiny_cfg, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")  # the W&B run is not what this test is about
+    monkeypatch.setenv("WANDB_MODE", "offline")  # a real (offline) W&B run: its summary must match done.json
     return tiny_cfg("patch8", "seed=1", "profile.epoch_scale=0.02", "model.depth=2", "data.num_train=300",
                     "data.val_size=60", "data.num_test=40", "analysis.num_images=8", "analysis.track_every_n_epochs=0")
 
@@ -89,7 +89,8 @@ def logged_epochs(metrics_csv: Path, key: str) -> list[str]:
         return sorted(float(row["epoch"]) for row in csv.DictReader(file) if row.get(key))
 
 
-def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(cfg, monkeypatch) -> None:
+def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(cfg, monkeypatch,
+                                                                                  wandb_run_reader) -> None:
     paths = RunPaths(Path(cfg.run_dir))
     global_seeds, batch_seeds = record_seeds(monkeypatch)
 
@@ -110,9 +111,6 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert checkpoints == ["last.ckpt"] and checkpoint_epoch(paths.last_ckpt) == 2  # replaced, not versioned
 
     renames = record_renames(monkeypatch, paths.root)
-    loggers = []
-    make_logger = run_module.make_logger
-    monkeypatch.setattr(run_module, "make_logger", lambda cfg, root: loggers.append(make_logger(cfg, root)) or loggers[-1])
     monkeypatch.setattr(run_module, "time", SimpleNamespace(time=iter([100.0, 112.34]).__next__))  # start, end
     summary = train_rung(cfg)  # resumes from last.ckpt: nothing left to train; tests, analyses and saves
     assert renames[-1] == "done.json" and renames.count("done.json") == 1, renames
@@ -130,10 +128,10 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert len(saved["classes"]) == 10 and saved["vit_config"]["depth"] == 2
     assert json.loads(paths.done.read_text()) == summary
     assert set(summary) == {"rung", "ladder", "seed", "epochs", "test_acc", "test_loss", "val_acc", "seconds",
-                            "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats",
+                            "steps", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats",
                             "uniform_entropy_nats", "analysis_images"}
     assert (summary["rung"], summary["ladder"], summary["seed"], summary["epochs"]) == ("patch8", "smoke", 1, 2)
-    assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8
+    assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8 and summary["steps"] > 0
     rows = list(csv.DictReader(paths.metrics_csv.open()))
     assert summary["val_acc"] == float([r for r in rows if r.get("val/acc")][-1]["val/acc"])  # the last epoch's
     test_row = [r for r in rows if r.get("test/acc")][-1]
@@ -141,7 +139,9 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     layer1 = [r for r in csv.DictReader((paths.analysis / "layers.csv").open()) if r["layer"] == "1"][0]
     assert summary["layer1_distance_px"] == float(layer1["distance_px"])
     assert summary["layer1_entropy_nats"] == float(layer1["entropy_nats"])
-    wandb_summary = loggers[-1].experiment.summary
+    # the W&B run's summary, as written in its newest (the resumed) offline run folder
+    newest = max(paths.root.glob("wandb/offline-run-*"), key=lambda folder: folder.name)
+    wandb_summary = wandb_run_reader(newest).summary
     assert (wandb_summary["val/acc"], wandb_summary["test/acc"]) == (summary["val_acc"], summary["test_acc"])
     # config.yaml is the resolved config; metrics.csv holds each epoch once, though the run was resumed twice
     assert "${" not in paths.config.read_text()
