@@ -1,4 +1,4 @@
-"""Known answers for the attention metrics (DESIGN.md section 4 pins these numbers)."""
+"""Known answers for the attention metrics (docs/design.md §4 pins these numbers)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_metrics_reject_bad_shapes() -> None:
         attention_entropy(torch.ones(1, 1, 64, 64) / 64)
 
 
-# --- uniform references (DESIGN §4) -----------------------------------------------------
+# --- uniform references (docs/design.md §4) -----------------------------------------------------
 
 
 @pytest.mark.parametrize("grid, patch_px, expected, exact", [(8, 4, 16.5, 16.5459), (4, 8, 16.1, 16.0641)])
@@ -199,7 +199,7 @@ def test_all_cls_query_counts_as_zero_distance() -> None:
 
 
 def test_metrics_equal_their_definitions_written_out() -> None:
-    # Random maps with exact zeros (sparse rows, one all-CLS query) against the DESIGN formulas in float64.
+    # Random maps with exact zeros (sparse rows, one all-CLS query) against the docs/design.md formulas in float64.
     generator = torch.Generator().manual_seed(0)
     attn = torch.rand(3, 2, 17, 17, generator=generator, dtype=torch.float64)
     attn[attn < 0.4] = 0.0

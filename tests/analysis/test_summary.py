@@ -14,7 +14,7 @@ from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
 from vitladder.data.augment import normalize
 from vitladder.model import ViTConfig, build_vit
 
-UNIFORM_8x8 = 16.5459  # DESIGN §4: uniform distance over the 8x8 grid of 4 px patches
+UNIFORM_8x8 = 16.5459  # docs/design.md §4: uniform distance over the 8x8 grid of 4 px patches
 
 
 def tiny_vit(patch_size: int = 4, seed: int = 0) -> torch.nn.Module:
@@ -110,7 +110,7 @@ def test_rejects_float_images() -> None:
 
 @pytest.mark.parametrize("kind, distance, entropy", [
     ("local", 2 + 2 * math.sqrt(2), math.log(8)),  # 4 neighbours at 4 px, 4 at 4*sqrt(2)
-    ("uniform", 13.3, math.log(64)),  # DESIGN §4: 13.3 px for this patch alone
+    ("uniform", 13.3, math.log(64)),  # docs/design.md §4: 13.3 px for this patch alone
     ("self", 0.0, 0.0),
 ])
 def test_query_metrics_of_the_explainer_patch(kind: str, distance: float, entropy: float) -> None:

@@ -1,4 +1,4 @@
-"""The model of DESIGN §2: a timm VisionTransformer for 32x32 images."""
+"""The model of docs/design.md §1: a timm VisionTransformer for 32x32 images."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ __all__ = [
 
 CIFAR10_TRAIN_IMAGES = 45_000  # 50,000 minus the 5,000 held out for validation
 TARGETS = {"project_over_bare_min": 0.95, "data_share_max": 0.05, "analysis_over_forward_max": 1.3}
-WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: DESIGN section 2
+WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: docs/design.md §1
 
 
 @dataclass(frozen=True)
