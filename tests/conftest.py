@@ -91,6 +91,14 @@ class WandbRun:
         return self.of("run")[0]
 
     @property
+    def config(self) -> dict:
+        """The run's config: wandb.init's, then every later update."""
+        merged: dict = dict(self.run.get("config", {}).get("update", {}))
+        for update in self.of("config"):
+            merged.update(update.get("update", {}))
+        return merged
+
+    @property
     def history(self) -> list[dict]:
         return [h["item"] for h in self.of("history")]
 

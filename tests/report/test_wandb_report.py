@@ -25,6 +25,19 @@ def test_rebuilding_the_report_continues_one_run(smoke_ladder, wandb_run_reader)
     assert {e["path"] for e in artifact["manifest"]["contents"]} >= {"report.md", "ladder.csv", "distance_by_layer.png"}
 
 
+def test_the_report_run_lists_every_rungs_model_and_analysis_as_logged(smoke_ladder, wandb_run_reader) -> None:
+    """Lineage dataset -> rung run -> model -> report: the report run's inputs are the versions the rung
+    runs logged (same name, type and digest, which W&B resolves to the logged version). Offline, where W&B
+    refuses use_artifact, the run's config `inputs` is that record."""
+    rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
+    logged = {(a["name"], a["type"], a["digest"]) for a in rung.artifacts}
+    for folder in sorted((smoke_ladder / "wandb").glob("offline-run-*")):  # every build of the report
+        inputs = {(i["name"], i["type"], i["digest"]) for i in wandb_run_reader(folder).config["inputs"]}
+        assert inputs == logged and {kind for _, kind, _ in inputs} == {"model", "analysis"}, folder
+    (dataset,) = rung.config["inputs"]  # the rung run's own input: its data set, by reference
+    assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic-600-100-seed0"
+
+
 def panel_reads(report) -> list[tuple[str, str, str]]:
     """(run set name, what the panel reads, key): the keys of every panel of a wandb-workspaces Report."""
     import wandb_workspaces.reports.v2 as wr

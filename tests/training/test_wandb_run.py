@@ -13,7 +13,7 @@ import pytest
 
 from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
-from vitladder.training.wandb_artifacts import dataset_artifact, log_rung_artifacts, use_input
+from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
 from vitladder.training.wandb_run import SYNC_GLOBS, logged_in, offline_runs, report_run_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,9 +79,13 @@ def test_the_dataset_is_a_reference_with_a_checksum_never_uploaded(tmp_path: Pat
 def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
+    class FakeConfig(dict):
+        def update(self, values, allow_val_change=False):
+            super().update(values)
+
     class FakeRun:  # records what an online run is asked to do
         def __init__(self, offline: bool):
-            self.offline, self.used, self.logged = offline, [], []
+            self.offline, self.used, self.logged, self.config = offline, [], [], FakeConfig()
 
         def use_artifact(self, artifact):
             self.used.append(artifact)
@@ -96,8 +100,11 @@ def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
     log_rung_artifacts(online, cfg, tmp_path / "model.pt", tmp_path / "no-analysis", {"test_acc": 0.5})
     assert [(a.name, a.type) for a in online.used] == [("dataset-synthetic-10-5-seed0", "dataset")]
     assert online.logged == [("model-full-warmup-seed2", "model", ["latest", "warmup"])]
+    assert online.config["inputs"] == [{"name": "dataset-synthetic-10-5-seed0", "type": "dataset",
+                                        "digest": online.used[0].digest}]
     offline = FakeRun(offline=True)
-    assert use_input(offline, online.used[0]) is False and offline.used == []
+    assert declare_inputs(offline, online.used) is False and offline.used == []
+    assert offline.config["inputs"] == online.config["inputs"], "offline, the config is the record"
 
 
 class CrashInEpoch3(L.Callback):

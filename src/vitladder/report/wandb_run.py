@@ -2,7 +2,7 @@
 
 Its id is derived from project and ladder (``report_run_id``), so rebuilding the report continues
 the same run instead of adding one. It uses every reported rung's model and analysis artifacts
-(online: W&B records inputs only there), logs the tables of ``report_tables`` with custom charts
+(``declare_inputs``: online as W&B inputs, always listed in its config), logs the tables of ``report_tables`` with custom charts
 over them, the report's PNGs, and its files as a ``report`` artifact. Every table says which rung
 (``rung``, ``rung_index`` = position in the ladder) and which seeds its rows come from.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from vitladder.config import RUNGS, rung_index
 from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, REFERENCE, RungResult, collect, mean_ci
 
-__all__ = ["CHARTS", "log_report_to_wandb", "report_tables"]
+__all__ = ["CHARTS", "log_report_to_wandb", "report_tables", "rung_artifacts"]
 
 PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
 # Custom charts: key -> (table, x, y, stroke, title). wandb.plot.line stores each table as "<key>_table".
@@ -98,16 +98,20 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     }
 
 
-def _use_rung_artifacts(run, results: list[RungResult], ladder: str) -> None:
-    from vitladder.training.wandb_artifacts import analysis_artifact, model_artifact, use_input
+def rung_artifacts(results: list[RungResult], ladder: str) -> list:
+    """The model and analysis artifact of every reported run, built from its files: the same digests as
+    the versions the rung runs logged (a re-analysis logs the new folder), so W&B finds those."""
+    from vitladder.training.wandb_artifacts import analysis_artifact, model_artifact
 
+    artifacts = []
     for result in results:
         for record in result.runs:
             model, analysis = record.path / "checkpoints" / "model.pt", record.path / "analysis"
             if model.is_file():
-                use_input(run, model_artifact(model, ladder, result.rung, record.seed))
+                artifacts.append(model_artifact(model, ladder, result.rung, record.seed))
             if analysis.is_dir():
-                use_input(run, analysis_artifact(analysis, ladder, result.rung, record.seed))
+                artifacts.append(analysis_artifact(analysis, ladder, result.rung, record.seed))
+    return artifacts
 
 
 def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, group: str | None = None,
@@ -118,7 +122,7 @@ def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, grou
     """
     import wandb
 
-    from vitladder.training.wandb_artifacts import safe_name
+    from vitladder.training.wandb_artifacts import declare_inputs, safe_name
     from vitladder.training.wandb_run import report_run_id, resolve_mode
 
     ladder_dir = Path(ladder_dir)
@@ -133,7 +137,7 @@ def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, grou
                      id=report_run_id(project, group), resume="allow", dir=str(ladder_dir), mode=mode,
                      config={"ladder": group, "rungs": [r.rung for r in results]})
     try:
-        _use_rung_artifacts(run, results, group)
+        declare_inputs(run, rung_artifacts(results, group))
         rows_of = report_tables(results)
         tables = {name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in rows_of.items()}
         payload: dict = {f"report/{name}": tables[name] for name in ("ladder", "runs", "layers")}

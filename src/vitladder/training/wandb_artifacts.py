@@ -10,8 +10,11 @@
   a re-analysis logs a new version.
 The report run uses the model and analysis artifacts of every rung it reports on.
 
-W&B records a run's inputs only online (``use_artifact`` raises in an offline run): an offline run
-logs its outputs, and ``use_input`` skips the inputs, so the edges into runs appear for runs made online.
+Inputs (``declare_inputs``): online, ``use_artifact`` with the artifact built here from the same files,
+hence the same digest, which W&B resolves to the version the producing run logged. W&B refuses
+``use_artifact`` in an offline run (any form, wandb 0.31), so every run also lists its inputs in its
+config (``inputs``: name, type, digest): offline that record is the lineage, and rebuilding the report
+online after `make wandb-sync` draws the report's input edges.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from omegaconf import DictConfig
 
 from vitladder.config import rung_index
 
-__all__ = ["analysis_artifact", "artifact_name", "dataset_artifact", "log_rung_artifacts", "model_artifact",
-           "safe_name", "use_input"]
+__all__ = ["analysis_artifact", "artifact_name", "dataset_artifact", "declare_inputs", "input_record",
+           "log_rung_artifacts", "model_artifact", "safe_name", "use_input"]
 
 
 def safe_name(name: str) -> str:
@@ -95,11 +98,25 @@ def use_input(run, artifact) -> bool:
     return True
 
 
+def input_record(artifacts: list) -> list[dict]:
+    """What a run's config ``inputs`` says about its input artifacts: enough to find the logged version."""
+    return [{"name": a.name, "type": a.type, "digest": a.digest} for a in artifacts]
+
+
+def declare_inputs(run, artifacts: list) -> bool:
+    """Records ``artifacts`` as the run's inputs in its config, and declares them to W&B where it can
+    (online); returns whether W&B was told."""
+    run.config.update({"inputs": input_record(artifacts)}, allow_val_change=True)
+    for artifact in artifacts:
+        use_input(run, artifact)
+    return not run.offline
+
+
 def log_rung_artifacts(run, cfg: DictConfig, model_path: Path, analysis_dir: Path, summary: dict) -> None:
     """Into a finished rung's run: the data set it used, the model and the analysis it made."""
     ladder, rung, seed = str(cfg.ladder), str(cfg.rung), int(cfg.seed)
     aliases = ["latest", rung]
-    use_input(run, dataset_artifact(cfg.data))
+    declare_inputs(run, [dataset_artifact(cfg.data)])
     headline = {k: summary[k] for k in ("test_acc", "val_acc", "epochs", "layer1_distance_px") if k in summary}
     run.log_artifact(model_artifact(model_path, ladder, rung, seed, headline), aliases=aliases)
     if Path(analysis_dir).is_dir():
