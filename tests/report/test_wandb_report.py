@@ -38,8 +38,20 @@ def test_the_report_run_lists_every_rungs_model_and_analysis_as_logged(smoke_lad
     assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic-600-100-seed0"
 
 
-def panel_reads(report) -> list[tuple[str, str, str]]:
-    """(run set name, what the panel reads, key): the keys of every panel of a wandb-workspaces Report."""
+RUN_FIELDS = {"group": "run_group", "jobType": "job_type"}  # a run-set filter's run field -> the run record's
+
+
+def selects(filters, run: dict) -> bool:
+    """Whether a run-set filter (wandb-workspaces' parsed expression) selects the run record."""
+    if filters.op == "AND":
+        return all(selects(leaf, run) for leaf in filters.filters)
+    assert filters.key.section == "run" and filters.key.name in RUN_FIELDS and filters.op in ("=", "!="), filters
+    equal = run.get(RUN_FIELDS[filters.key.name]) == filters.value
+    return equal if filters.op == "=" else not equal
+
+
+def panel_reads(report) -> list[tuple[object, str, str]]:
+    """(run set, what the panel reads, key): the keys of every panel of a wandb-workspaces Report."""
     import wandb_workspaces.reports.v2 as wr
 
     reads = []
@@ -49,39 +61,50 @@ def panel_reads(report) -> list[tuple[str, str, str]]:
         (runset,) = block.runsets
         for panel in block.panels:
             if isinstance(panel, wr.LinePlot):
-                reads += [(runset.name, "history", panel.x), *((runset.name, "history", y) for y in panel.y)]
+                reads += [(runset, "history", panel.x), *((runset, "history", y) for y in panel.y)]
+                reads += [(runset, "config", panel.groupby.name)] if panel.groupby else []
             elif isinstance(panel, wr.WeavePanelSummaryTable):
-                reads.append((runset.name, "table", panel.table_name))
+                reads.append((runset, "table", panel.table_name))
             elif isinstance(panel, wr.CustomChart):
                 table = panel.query["summaryTable"]["tableKey"]
-                reads.append((runset.name, "table", table))
-                reads += [(runset.name, f"column of {table}", column) for column in panel.chart_fields.values()]
+                reads.append((runset, "table", table))
+                reads += [(runset, f"column of {table}", column) for column in panel.chart_fields.values()]
             else:
                 raise AssertionError(f"a panel this test does not know how to check: {type(panel).__name__}")
     return reads
 
 
 def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, wandb_run_reader) -> None:
-    from vitladder.report.wandb_workspace import build_wandb_report
+    from wandb_workspaces.expr import expr_to_filters
+
+    from vitladder.report.wandb_workspace import RUNG_LINES, build_wandb_report
 
     report = build_wandb_report("vit-ladder", "an-entity", "smoke")
     rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
     report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
-    runs = {"smoke: rung runs": rung, "smoke: report run": report_run}
     reads = panel_reads(report)
-    assert len(reads) >= 15 and {name for name, _, _ in reads} == set(runs)
-    for name, kind, key in reads:
-        run = runs[name]
+    assert len(reads) >= 15 and len({id(runset) for runset, _, _ in reads}) == 2
+    assert {key for _, kind, key in reads if kind == "history"} >= {"epoch", "lr", *(y for _, y, _ in RUNG_LINES)}
+    for runset, kind, key in reads:
+        # The run set selects exactly one of the two runs (by group and job type): the panel reads that one.
+        (run,) = [r for r in (rung, report_run) if selects(expr_to_filters(runset.filters), r.run)]
+        assert (runset.entity, runset.project) == ("an-entity", run.run["project"])
         if kind == "history":
-            assert any(key in row for row in run.history), (name, key)
+            assert any(key in row for row in run.history), (runset.name, key)
+        elif kind == "config":
+            assert key in run.config, (runset.name, key)
         elif kind == "table":
-            assert run.summary.get(f"{key}._type") == "table-file", (name, key)
+            assert run.summary.get(f"{key}._type") == "table-file", (runset.name, key)
         else:
-            assert key in run.table(kind.removeprefix("column of "))["columns"], (name, kind, key)
+            assert key in run.table(kind.removeprefix("column of "))["columns"], (runset.name, kind, key)
 
 
-def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize("api_key", [None, "k" * 40], ids=["not-logged-in", "server-unreachable"])
+def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monkeypatch, capsys, api_key) -> None:
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    if api_key:  # logged in, but nothing answers at the W&B address (a closed local port)
+        monkeypatch.setenv("WANDB_API_KEY", api_key)
+        monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     spec = importlib.util.spec_from_file_location("wandb_report_script", REPO / "scripts" / "wandb_report.py")
     module = importlib.util.module_from_spec(spec)
