@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import glob
 import importlib.util
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
-from vitladder.training.wandb_run import SYNC_GLOBS, logged_in, offline_runs, report_run_id
+from vitladder.training.wandb_run import logged_in, offline_runs, report_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,6 +25,19 @@ def rung_run(ladder: Path, wandb_run_reader, rung: str = "patch4"):
     folders = sorted((ladder / rung / "wandb").glob("offline-run-*"))
     assert len(folders) == 1, folders
     return wandb_run_reader(folders[0])
+
+
+def readme_sync_folders(ladder: Path) -> list[Path]:
+    """What the README's `wandb sync` command uploads: its globs expanded in ``ladder`` as the shell does."""
+    readme = (REPO / "README.md").read_text()
+    (command,) = set(re.findall(r"`(wandb sync outputs/[^`]*)`", readme))
+    args = shlex.split(command)[2:]
+    assert args and all(arg.startswith("outputs/<ladder>/") for arg in args), command
+    return sorted({Path(p) for arg in args for p in glob.glob(str(ladder / arg.removeprefix("outputs/<ladder>/")))})
+
+
+def every_offline_run(ladder: Path) -> list[Path]:
+    return sorted(path for path in ladder.rglob("offline-run-*") if path.is_dir())
 
 
 def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder, wandb_run_reader) -> None:
@@ -127,7 +142,8 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     train_rung(cfg)
 
     ladder = Path(cfg.run_dir).parent
-    parts = [wandb_run_reader(folder) for folder in offline_runs(ladder)]  # what `make wandb-sync` uploads
+    assert readme_sync_folders(ladder) == offline_runs(ladder) == every_offline_run(ladder)
+    parts = [wandb_run_reader(folder) for folder in readme_sync_folders(ladder)]  # what `wandb sync` uploads
     assert len(parts) == 2 and len({p.run["run_id"] for p in parts}) == 1, "one run, in two parts"
     rows = [row for part in parts for row in part.history]
     for key, expected in (("val/acc", [1, 2, 3]), ("train/loss", [1, 2, 3]), ("track/layer1/distance_px", [0, 1, 2, 3]),
@@ -142,10 +158,16 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     assert sorted(csv_steps) == steps, "metrics.csv: each step's learning rate once"
 
 
-def test_readme_sync_command_uploads_what_offline_runs_finds() -> None:
-    readme = (REPO / "README.md").read_text()
-    command = "wandb sync " + " ".join(f"outputs/<ladder>/{pattern}" for pattern in SYNC_GLOBS)
-    assert command in readme
+def test_the_readme_sync_command_uploads_every_run_of_a_ladder(smoke_ladder, wandb_run_reader) -> None:
+    """Rung runs and the report run's parts (the resumed parts of a rung: the test above)."""
+    folders = readme_sync_folders(smoke_ladder)
+    assert folders == offline_runs(smoke_ladder) == every_offline_run(smoke_ladder) and len(folders) == 3
+    ids = [wandb_run_reader(folder).run["run_id"] for folder in folders]
+    assert ids.count(report_run_id("vit-ladder", "smoke")) == 2 and len(set(ids)) == 2
+    makefile = (REPO / "Makefile").read_text()
+    (recipe,) = re.findall(r"^\t\$\(VENV\)/bin/(wandb sync .*)$", makefile, flags=re.M)
+    assert shlex.split(recipe.replace("$(LADDER_DIR)", "outputs/<ladder>")) == shlex.split(
+        re.search(r"`(wandb sync outputs/[^`]*)`", (REPO / "README.md").read_text()).group(1)), "make wandb-sync"
 
 
 def test_analyze_updates_the_rungs_wandb_run(smoke_ladder, tmp_path: Path, wandb_run_reader, capsys) -> None:
