@@ -13,6 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
+from vitladder.analysis.wandb_log import BY_LAYER_CHARTS
 from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
@@ -61,6 +62,13 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     summary = run.summary
     assert 0 < summary["analysis/layer1/distance_px"] < 17 and "test/acc" in summary and "val/acc" in summary
     assert run.table("analysis/layers")["columns"][:4] == ["rung", "rung_index", "seed", "layer"]
+    # The final analysis: in the history only as media (tables, charts' tables, figures), never a scalar.
+    media = [key for row in history for key in row if key.startswith("analysis/")]
+    assert media and all(f"{key.rsplit('.', 1)[0]}._type" in row for row in history for key in row
+                         if key.startswith("analysis/")), "no one-point line panel"
+    for quantity in BY_LAYER_CHARTS:  # custom charts over the layers table
+        assert run.config[f"_wandb.visualize.analysis/{quantity}_by_layer"]["panel_type"] == "Vega2"
+        assert summary[f"analysis/{quantity}_by_layer_table._type"] == "table-file"
 
     rows = list(csv.DictReader((smoke_ladder / "patch4" / "metrics.csv").open()))
     assert sorted({float(r["epoch"]) for r in rows if r["val/acc"]}) == [1.0, 2.0]
