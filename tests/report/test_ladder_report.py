@@ -178,6 +178,13 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     assert ("patch4", "this project, 95% CI low") not in series  # one seed: no interval
     layers = run.table("report/layers")
     assert {(r[0], r[3]) for r in layers["data"]} == {(rung, l) for rung in ("patch4", "warmup") for l in range(7)}
+    distance = {(r[0], r[3]) for r in run.table("report/layer1_distance_by_rung_table")["data"]}
+    assert {(rung, series) for rung in RUNGS for series in ("uniform attention", "reference (article)")} <= distance
+    for key in ("report/distance_px_by_layer", "report/entropy_nats_by_layer"):  # one line per rung over the layers
+        fields = run.config[f"_wandb.visualize.{key}"]["panel_config"]["fieldSettings"]
+        assert fields["x"] == "layer" and fields["stroke"] == "rung", key
+    for key in ("report/test_acc_by_rung", "report/layer1_distance_by_rung"):  # ladder order on the x-axis
+        assert run.config[f"_wandb.visualize.{key}"]["panel_config"]["fieldSettings"]["x"] == "rung_index", key
 
 
 def test_corrupt_done_json_is_one_clean_error(tmp_path: Path, capsys) -> None:
