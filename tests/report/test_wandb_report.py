@@ -4,6 +4,7 @@ built here without saving, every panel must read a key the project's runs really
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,21 @@ def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monke
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err
     assert not (smoke_ladder / module.URL_FILE).exists()
+
+
+def logged_keys(run) -> set[str]:
+    """Every key a run logged: history and summary keys (media by their name), custom charts, config keys."""
+    flat = {key for row in [*run.history, run.summary] for key in row}
+    media = {key.rsplit(".", 1)[0] for key in flat if key.endswith("._type")}
+    charts = {key.removeprefix("_wandb.visualize.") for key in run.config if key.startswith("_wandb.visualize.")}
+    return flat | media | charts | set(run.config)
+
+
+def test_the_readme_section_on_reading_w_and_b_names_what_the_runs_log(smoke_ladder, wandb_run_reader) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Reading the results in W&B\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z0-9_]+)+|lr|epoch|rung|rung_index|seed|n_seeds|inputs)`", section))
+    rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
+    report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
+    logged = logged_keys(rung) | logged_keys(report_run) | set(report_run.table("report/ladder")["columns"])
+    assert len(named) >= 17 and named <= logged, sorted(named - logged)
