@@ -214,3 +214,18 @@ def test_the_report_run_id_depends_on_project_and_ladder_only() -> None:
     assert report_run_id("vit-ladder", "full") == report_run_id("vit-ladder", "full")
     assert len({report_run_id("vit-ladder", "full"), report_run_id("vit-ladder", "smoke"),
                 report_run_id("other", "full")}) == 3
+
+
+def test_no_private_wandb_module_is_imported() -> None:
+    """W&B's private modules (wandb.sdk.*, wandb.apis.*, underscored ones) change without notice between
+    the versions pyproject.toml accepts: the project uses the public API only."""
+    import ast
+
+    private = []
+    for path in [*(REPO / "src").rglob("*.py"), *(REPO / "scripts").glob("*.py"), *REPO.glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            private += [(path.name, n) for n in names if n.split(".")[0] in ("wandb", "wandb_workspaces")
+                        and any(part.startswith("_") or part in ("sdk", "apis") for part in n.split(".")[1:])]
+    assert not private
