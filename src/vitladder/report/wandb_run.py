@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vitladder.config import RUNGS, rung_index
 from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, REFERENCE, RungResult, collect, mean_ci
+from vitladder.run_folder import RunPaths
 
 __all__ = ["CHARTS", "log_report_to_wandb", "report_tables"]
 
@@ -103,7 +104,7 @@ def _use_rung_artifacts(run, results: list[RungResult], ladder: str) -> None:
 
     for result in results:
         for record in result.runs:
-            model, analysis = record.path / "checkpoints" / "model.pt", record.path / "analysis"
+            model, analysis = RunPaths(record.path).model, RunPaths(record.path).analysis
             if model.is_file():
                 use_input(run, model_artifact(model, ladder, result.rung, record.seed))
             if analysis.is_dir():
