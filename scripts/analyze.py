@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> Path:
     from vitladder.analysis.summary import analyse
     from vitladder.analysis.wandb_log import log_reanalysis
     from vitladder.errors import UserError
+    from vitladder.run_folder import RunPaths
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, args.overrides)
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> Path:
     if args.out is not None:
         out = args.out
     elif meta.run_dir is not None:
-        out = meta.run_dir / "analysis"
+        out = RunPaths(meta.run_dir).analysis
     else:
         out = meta.path.parent / f"{meta.path.stem}-analysis"
     started = time.perf_counter()
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> Path:
     history = meta.history or read_tracking(out)
     files = write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
     run_id = None
-    if meta.run_dir is not None and out.resolve() == (meta.run_dir / "analysis").resolve():
+    if meta.run_dir is not None and out.resolve() == RunPaths(meta.run_dir).analysis.resolve():
         run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
     print(f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
           f"layer-1 distance {summary.layers.distance_px[min(1, summary.num_layers - 1)]:.1f} px "

@@ -9,7 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import CONF_DIR, RUNGS, compose_rung, scale_epochs, scaled_epochs, seed_suffix
+from vitladder.config import CONF_DIR, RUNGS, compose_rung, scale_epochs, scaled_epochs
 from vitladder.errors import UserError
 
 
@@ -92,7 +92,7 @@ def test_smoke_profile_keeps_the_shape_and_shrinks_the_rest():
 
 
 def test_seeds_other_than_zero_get_their_own_folder():
-    assert seed_suffix(0) == "" and seed_suffix(2) == "-seed2"
+    assert compose_rung("warmup", ["seed=0"]).run_dir == "outputs/full/warmup"
     assert compose_rung("warmup", ["seed=1"]).run_dir == "outputs/full/warmup-seed1"
 
 

@@ -12,6 +12,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from vitladder.config_schema import Config, register_schema
 from vitladder.errors import UserError
+from vitladder.run_folder import seed_suffix
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -33,11 +34,6 @@ MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
 register_schema()  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
-
-
-def seed_suffix(seed: int) -> str:
-    """Seed 0 trains into outputs/<ladder>/<rung>/, any other seed into <rung>-seed<k>/."""
-    return "" if int(seed) == 0 else f"-seed{int(seed)}"
 
 
 def scale_epochs(epochs: int, scale: float) -> int:

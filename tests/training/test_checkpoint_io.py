@@ -19,7 +19,8 @@ from vitladder.errors import CheckpointError
 from vitladder.training import run as run_module
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.training.run import RunPaths, train_rung
+from vitladder.run_folder import RunPaths
+from vitladder.training.run import train_rung
 
 TINY = ["data.num_train=700", "data.num_test=100", "data.val_size=100", "data.train_subset=null",
         "data.test_subset=null", "data.batch_size=50", "analysis.num_images=20", "analysis.track_images=8"]

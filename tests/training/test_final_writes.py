@@ -27,7 +27,8 @@ from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training import run as run_module
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.training.run import RunPaths, is_finished, read_summary, train_rung
+from vitladder.run_folder import RunPaths, is_finished, read_summary
+from vitladder.training.run import train_rung
 
 REPLACE = os.replace
 

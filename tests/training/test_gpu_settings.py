@@ -12,7 +12,8 @@ from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.training import module as module_module
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
-from vitladder.training.run import RunPaths, build_module, build_trainer
+from vitladder.run_folder import RunPaths
+from vitladder.training.run import build_module, build_trainer
 
 
 def fit(cfg, module, callbacks=(), **trainer_kwargs) -> L.Trainer:

@@ -21,7 +21,8 @@ from torch import nn
 from vitladder.config import RUNGS, auto_precision, compose_rung, scaled_epochs
 from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
 from vitladder.training.resume import seed_epoch
-from vitladder.training.run import RunPaths, build_module, build_trainer
+from vitladder.run_folder import RunPaths
+from vitladder.training.run import build_module, build_trainer
 
 K = 10  # classes
 SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung above it

@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training import run as run_module
-from vitladder.training.run import RunPaths, is_finished, train_rung
+from vitladder.run_folder import RunPaths, is_finished
+from vitladder.training.run import train_rung
 
 
 def read_wandb_summary(run_dir: Path) -> dict:

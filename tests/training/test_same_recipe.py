@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import collect
 from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
-from vitladder.training.run import RunPaths, read_summary, train_rung
+from vitladder.run_folder import RunPaths, read_summary
+from vitladder.training.run import train_rung
 
 
 def test_changes_list_recipe_keys_only():

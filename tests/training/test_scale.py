@@ -25,7 +25,8 @@ from vitladder.config import CONF_DIR, register_resolvers
 from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, load_source, split_train_val_test
 from vitladder.model import ViTConfig, build_vit
-from vitladder.training.run import RunPaths, build_module, train_rung
+from vitladder.run_folder import RunPaths
+from vitladder.training.run import build_module, train_rung
 
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
 SUBPROCESS_DATA = ["profile=smoke", "data=synthetic", "data.num_train=1200", "data.num_test=200", "data.val_size=200",

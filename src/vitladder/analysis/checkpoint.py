@@ -19,11 +19,10 @@ from torch import Tensor, nn
 from vitladder.analysis.outputs import tracking_row
 from vitladder.errors import CheckpointError, UserError
 from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
+from vitladder.run_folder import MODEL_FORMAT, RunPaths, checkpoint_of, run_folder_of
 from vitladder.safe_load import load_checkpoint_file
 
 __all__ = ["LoadedModel", "find_checkpoint", "load_model", "load_run_config", "test_split"]
-
-MODEL_FORMAT = "vitladder-model/1"
 
 
 @dataclass
@@ -44,18 +43,12 @@ def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint file for ``path``: itself, or a run folder's model.pt (else last.ckpt)."""
     path = Path(path)
     if path.is_dir():
-        for candidate in (path / "checkpoints" / "model.pt", path / "checkpoints" / "last.ckpt"):
-            if candidate.is_file():
-                return candidate
+        if (found := checkpoint_of(path)) is not None:
+            return found
         raise CheckpointError(f"{path}: no checkpoints/model.pt or checkpoints/last.ckpt in this folder")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file or run folder")
     return path
-
-
-def _run_dir_of(ckpt: Path) -> Path | None:
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return run if (run / "config.yaml").is_file() else None
 
 
 def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
@@ -114,7 +107,7 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
     """(the ViT in eval mode on the CPU, what is known about it) for a run folder or checkpoint file."""
     ckpt = find_checkpoint(path)
     data = _read(ckpt)
-    run_dir = _run_dir_of(ckpt)
+    run_dir = run_folder_of(ckpt)
     try:
         if data.get("format") == MODEL_FORMAT:
             meta = LoadedModel(ckpt, "model.pt", _vit_config(ckpt, data["vit_config"]), run_dir,
@@ -137,7 +130,7 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
 def load_run_config(meta: LoadedModel, overrides: Sequence[str] = ()) -> DictConfig:
     """The run's config.yaml with ``key=value`` overrides; without a run folder, the rung composed afresh."""
     if meta.run_dir is not None:
-        cfg = OmegaConf.load(meta.run_dir / "config.yaml")
+        cfg = OmegaConf.load(RunPaths(meta.run_dir).config)
         try:
             return OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
         except Exception as error:

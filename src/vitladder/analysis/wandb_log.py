@@ -62,6 +62,7 @@ def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping
     """A re-analysis of a rung folder reaches its W&B run: the run is continued by its stored id and gets
     the new summary, tables and charts, and a new version of its analysis artifact. Returns the run id,
     or None when the rung has no W&B run or W&B is disabled."""
+    from vitladder.run_folder import RunPaths
     from vitladder.training.wandb_artifacts import analysis_artifact
     from vitladder.training.wandb_run import resume_rung_run
 
@@ -70,7 +71,7 @@ def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping
         return None
     try:
         log_analysis(run, summary, files, str(cfg.rung), int(cfg.seed))
-        run.log_artifact(analysis_artifact(Path(run_dir) / "analysis", str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
+        run.log_artifact(analysis_artifact(RunPaths(Path(run_dir)).analysis, str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
                          aliases=["latest", str(cfg.rung)])
         return run.id
     finally:

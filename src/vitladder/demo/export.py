@@ -10,7 +10,6 @@ The images are the first N of the run's own test split, as in the analysis (CIFA
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +30,7 @@ from vitladder.demo.pack import (
     render_data_js,
 )
 from vitladder.errors import UserError
+from vitladder.run_folder import is_finished, read_summary
 
 __all__ = ["STATIC_FILES", "attention_payload", "default_out_dir", "export_demo"]
 
@@ -80,11 +80,10 @@ def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor)
 
 
 def _done(meta: LoadedModel) -> dict:
-    path = meta.run_dir / "done.json" if meta.run_dir is not None else None
-    if path is None or not path.is_file():
+    if meta.run_dir is None or not is_finished(meta.run_dir):
         return {}
     try:
-        return json.loads(path.read_text())
+        return read_summary(meta.run_dir)
     except (OSError, ValueError):
         return {}  # a damaged done.json costs the page its accuracy line, not the export
 

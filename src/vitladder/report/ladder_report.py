@@ -10,9 +10,7 @@ one W&B report run.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from vitladder.analysis.outputs import read_analysis_csv, write_csv
 from vitladder.atomic import write_text
 from vitladder.config import RUNGS
 from vitladder.errors import UserError
+from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
 __all__ = ["REFERENCE", "LADDER_COLUMNS", "RungResult", "build_report", "collect", "mean_ci", "t_quantile_975"]
 
@@ -49,7 +48,6 @@ _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622
          2.0518, 2.0484, 2.0452, 2.0423)
 _LAYERS_KEY = {"layer1_distance_px": "distance_px", "layer1_entropy_nats": "entropy_nats",
                "uniform_distance_px": "uniform_distance_px"}  # ladder.csv column -> layers.csv column
-_RUN_DIR = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
 
 def t_quantile_975(df: int) -> float:
@@ -108,24 +106,24 @@ class RungResult:
 
 
 def _read_run(path: Path) -> RunRecord | None:
-    match = _RUN_DIR.match(path.name)
-    if not match or match["rung"] not in RUNGS or not (path / "done.json").is_file():
+    parsed, paths = parse_run_name(path.name), RunPaths(path)
+    if parsed is None or parsed[0] not in RUNGS or not is_finished(path):  # the report folder, a set-aside run
         return None
-    layers_csv = path / "analysis" / "layers.csv"
+    layers_csv = paths.layers_csv
     try:
-        done = json.loads((path / "done.json").read_text())
+        done = read_summary(path)
         layers = ([{k: float(v) for k, v in r.items()} for r in read_analysis_csv(layers_csv)]
                   if layers_csv.is_file() else [])
     except (ValueError, TypeError) as error:
         raise UserError(f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
                         "delete the file and rerun the rung or scripts/analyze.py") from None
     config = {}
-    if (path / "config.yaml").is_file():
+    if paths.config.is_file():
         from omegaconf import OmegaConf
 
-        config = OmegaConf.to_container(OmegaConf.load(path / "config.yaml"), resolve=False)
-    seed = int(done.get("seed", match["seed"] or 0))
-    return RunRecord(match["rung"], seed, path, done, layers, config)
+        config = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
+    rung, seed = parsed
+    return RunRecord(rung, int(done.get("seed", seed)), path, done, layers, config)
 
 
 def collect(ladder_dir: str | Path) -> list[RungResult]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vitladder.config import RUNGS, rung_index
 from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, REFERENCE, RungResult, collect, mean_ci
+from vitladder.run_folder import RunPaths
 
 __all__ = ["CHARTS", "log_report_to_wandb", "report_tables", "rung_artifacts"]
 
@@ -106,7 +107,7 @@ def rung_artifacts(results: list[RungResult], ladder: str) -> list:
     artifacts = []
     for result in results:
         for record in result.runs:
-            model, analysis = record.path / "checkpoints" / "model.pt", record.path / "analysis"
+            model, analysis = RunPaths(record.path).model, RunPaths(record.path).analysis
             if model.is_file():
                 artifacts.append(model_artifact(model, ladder, result.rung, record.seed))
             if analysis.is_dir():

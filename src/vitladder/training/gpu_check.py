@@ -30,9 +30,10 @@ from vitladder.config import compose_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import REFERENCE, build_report
+from vitladder.run_folder import RunPaths
 from vitladder.training.benchmark import BenchSettings, time_project
 from vitladder.training.estimate import EVAL_COST
-from vitladder.training.run import RunPaths, train_rung
+from vitladder.training.run import train_rung
 
 RUNG = "epochs200"
 SETTINGS = {"eager": False, "compiled": True}  # name -> speed.compile
@@ -203,8 +204,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     since = time.perf_counter()
     report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
     layers = [{"layer": int(r["layer"]), "distance_px": float(r["distance_px"]),
-               "entropy_nats": float(r["entropy_nats"])} for r in read_csv(RunPaths(Path(cfg.run_dir)).analysis
-                                                                          / "layers.csv")]
+               "entropy_nats": float(r["entropy_nats"])} for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)]
     result = {
         **device_info(),
         "smoke": options.smoke, "budget_s": options.budget_s, "precision": precision,

@@ -76,7 +76,8 @@ def run_ladder(
     """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
     A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
     trained afresh), and so does an estimate over ``max_seconds`` (None: no limit), saying how to go on."""
-    from vitladder.training.run import is_finished, read_summary, replaces_old_run
+    from vitladder.run_folder import is_finished, read_summary
+    from vitladder.training.run import replaces_old_run
 
     replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
     todo = [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -20,6 +18,7 @@ from vitladder.atomic import save_torch, write_json, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
+from vitladder.run_folder import MODEL_FORMAT, RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
@@ -30,55 +29,6 @@ from vitladder.training.wandb_artifacts import log_rung_artifacts
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
 
 log = logging.getLogger(__name__)
-
-DONE_FILE = "done.json"  # written last, atomically: its presence means the rung is finished
-MODEL_FILE = "model.pt"  # the final model, loadable without Lightning
-MODEL_FORMAT = "vitladder-model/1"
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def overrides(self) -> Path:
-        return self.root / "overrides.yaml"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last_ckpt(self) -> Path:
-        return self.checkpoints / "last.ckpt"
-
-    @property
-    def model(self) -> Path:
-        return self.checkpoints / MODEL_FILE
-
-    @property
-    def metrics_csv(self) -> Path:
-        return self.root / "metrics.csv"
-
-    @property
-    def analysis(self) -> Path:
-        return self.root / "analysis"
-
-    @property
-    def done(self) -> Path:
-        return self.root / DONE_FILE
-
-
-def is_finished(run_dir: str | Path) -> bool:
-    return RunPaths(Path(run_dir)).done.exists()
-
-
-def read_summary(run_dir: str | Path) -> dict:
-    return json.loads(RunPaths(Path(run_dir)).done.read_text())
 
 
 def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:

@@ -1,0 +1,112 @@
+"""A run folder: one rung trained with one seed, its file layout and the rule that it is finished.
+
+    <output_root>/<ladder>/<rung>/            seed 0
+    <output_root>/<ladder>/<rung>-seed<k>/    any other seed
+        config.yaml, overrides.yaml           the resolved config and the command line's overrides
+        metrics.csv                           per-epoch metrics and per-step lr
+        checkpoints/last.ckpt                 Lightning's resumable state
+        checkpoints/model.pt                  the final model (MODEL_FORMAT), loadable without Lightning
+        analysis/heads.csv, layers.csv, tracking.csv and figures
+        done.json                             written last: its presence means the rung is finished
+
+Every reader and writer of run folders (training, analysis, report, demo, scripts) takes its names
+from here; docs/design.md §5 describes the same layout for people.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "MODEL_FORMAT", "RunPaths", "checkpoint_of", "is_finished", "parse_run_name", "read_summary",
+    "run_folder_of", "run_name", "seed_suffix",
+]
+
+MODEL_FORMAT = "vitladder-model/1"  # the "format" entry of model.pt; bump it when its keys change
+HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
+
+_RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
+
+
+def seed_suffix(seed: int) -> str:
+    """Seed 0 trains into <rung>/, any other seed into <rung>-seed<k>/."""
+    return "" if int(seed) == 0 else f"-seed{int(seed)}"
+
+
+def run_name(rung: str, seed: int) -> str:
+    """The run folder's name for ``rung`` and ``seed``."""
+    return f"{rung}{seed_suffix(seed)}"
+
+
+def parse_run_name(name: str) -> tuple[str, int] | None:
+    """(rung, seed) of a run folder's name, or None when the name is not one."""
+    match = _RUN_NAME.match(name)
+    return (match["rung"], int(match["seed"] or 0)) if match else None
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where each file of the run folder ``root`` lives."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def overrides(self) -> Path:
+        return self.root / "overrides.yaml"
+
+    @property
+    def metrics_csv(self) -> Path:
+        return self.root / "metrics.csv"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def last_ckpt(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+    @property
+    def model(self) -> Path:
+        return self.checkpoints / "model.pt"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
+
+    @property
+    def layers_csv(self) -> Path:
+        return self.analysis / LAYERS_CSV
+
+    @property
+    def done(self) -> Path:
+        return self.root / "done.json"
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """A rung is finished once its done.json exists (written last, after model.pt and the analysis)."""
+    return RunPaths(Path(run_dir)).done.is_file()
+
+
+def read_summary(run_dir: str | Path) -> dict:
+    """done.json of a finished run folder."""
+    return json.loads(RunPaths(Path(run_dir)).done.read_text())
+
+
+def checkpoint_of(path: str | Path) -> Path | None:
+    """The checkpoint of a run folder: model.pt when the rung finished, else last.ckpt; None if neither."""
+    paths = RunPaths(Path(path))
+    return next((ckpt for ckpt in (paths.model, paths.last_ckpt) if ckpt.is_file()), None)
+
+
+def run_folder_of(checkpoint: Path) -> Path | None:
+    """The run folder a checkpoint file sits in (checkpoints/<file>), or None outside one."""
+    root = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    return root if RunPaths(root).config.is_file() else None
