@@ -9,7 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import CONF_DIR, RUNGS, compose_rung, scale_epochs, scaled_epochs
+from vitladder.config import CONF_DIR, compose_rung, rung_names, scale_epochs, scaled_epochs
 from vitladder.errors import UserError
 
 
@@ -44,8 +44,8 @@ def step_delta(rung: str) -> dict:
 
 
 def test_rung_files_match_the_ladder():
-    assert sorted(p.stem for p in (CONF_DIR / "step").glob("*.yaml")) == sorted(RUNGS)
-    for previous, rung in zip(RUNGS, RUNGS[1:]):
+    assert sorted(p.stem for p in (CONF_DIR / "step").glob("*.yaml")) == sorted(rung_names())
+    for previous, rung in zip(rung_names(), rung_names()[1:]):
         defaults = OmegaConf.load(CONF_DIR / "step" / f"{rung}.yaml").defaults
         assert list(defaults) == [previous, "_self_"], f"{rung} must build on {previous}"
 
@@ -53,7 +53,7 @@ def test_rung_files_match_the_ladder():
 @pytest.mark.parametrize("profile", ["full", "smoke"])
 def test_each_rung_differs_from_the_one_before_by_exactly_its_delta(profile):
     previous = resolved(compose_base([f"profile={profile}"]))
-    for rung in RUNGS:
+    for rung in rung_names():
         current = resolved(compose_rung(rung, [f"profile={profile}"]))
         delta = step_delta(rung)
         changed = {key for key in current if current[key] != previous.get(key)}
@@ -216,7 +216,7 @@ def test_help_shows_the_rungs_groups_overrides_and_outputs(repo_root):
     result = run_train("--help", cwd=repo_root)
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    positions = [text.index(f"  {rung} ") for rung in RUNGS]
+    positions = [text.index(f"  {rung} ") for rung in rung_names()]
     assert positions == sorted(positions), "the rungs in ladder order"
     for group in ("data", "profile"):
         options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))

@@ -6,7 +6,7 @@ import functools
 import sys
 from typing import Callable, Sequence, TypeVar
 
-from vitladder.config import RUNGS, check_rung, compose_config, is_step_override
+from vitladder.config import check_rung, compose_config, is_step_override, rung_names
 from vitladder.errors import UserError, describe_os_error
 
 F = TypeVar("F", bound=Callable)
@@ -65,5 +65,5 @@ def check_command_line(argv: Sequence[str]) -> None:
 
 
 def require_rung(rung: str) -> None:
-    if rung not in RUNGS:
-        raise UserError(f"choose a rung with step=<rung>, one of {', '.join(RUNGS)}")
+    if rung not in rung_names():
+        raise UserError(f"choose a rung with step=<rung>, one of {', '.join(rung_names())}")

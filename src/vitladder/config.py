@@ -3,6 +3,7 @@ the schema (config_schema.py) cannot make."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -13,20 +14,9 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from vitladder.config_schema import Config, register_schema
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
+from vitladder.rungs import Rung, read_ladder
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-
-# The ladder, bottom to top; each rung's YAML in conf/step/ builds on the one before it.
-RUNGS: tuple[str, ...] = (
-    "patch8",
-    "augment",
-    "patch4",
-    "warmup",
-    "label_smoothing",
-    "mixup_cutmix",
-    "stochastic_depth",
-    "epochs200",
-)
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
@@ -48,21 +38,42 @@ def auto_precision() -> str:
     return "bf16-mixed" if torch.cuda.is_available() else "32-true"
 
 
+def rung_lines() -> str:
+    """`python train.py --help`'s list of the rungs (conf/hydra/help/vitladder.yaml): name and description."""
+    return "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder())
+
+
 def register_resolvers() -> None:
     for name, resolver in (("seed_suffix", seed_suffix), ("scale_epochs", scale_epochs),
-                           ("auto_precision", auto_precision)):
+                           ("auto_precision", auto_precision), ("rung_lines", rung_lines)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 
 
+@functools.cache
+def ladder() -> tuple[Rung, ...]:
+    """The ladder's rungs, bottom to top, as conf/step/ declares them (vitladder.rungs); read once."""
+    return read_ladder(CONF_DIR / "step")
+
+
+def rung_names() -> tuple[str, ...]:
+    """The rungs' names in ladder order (patch8 first)."""
+    return tuple(rung.name for rung in ladder())
+
+
+def get_rung(rung: str) -> Rung:
+    """A rung's description and reference figures (an unknown rung: the UserError of check_rung)."""
+    return next(r for r in ladder() if r.name == check_rung(rung))
+
+
 def rung_index(rung: str) -> int | None:
-    """The rung's position in RUNGS (0 = patch8): the order to sort rungs by in tables and charts."""
-    return RUNGS.index(rung) if rung in RUNGS else None
+    """The rung's position in the ladder (0 = patch8): the order to sort rungs by in tables and charts."""
+    return rung_names().index(rung) if rung in rung_names() else None
 
 
 def check_rung(rung: str) -> str:
-    if rung not in RUNGS:
-        raise UserError(f"unknown rung '{rung}': choose one of {', '.join(RUNGS)}")
+    if rung not in rung_names():
+        raise UserError(f"unknown rung '{rung}': choose one of {', '.join(rung_names())}")
     return rung
 
 

@@ -10,7 +10,7 @@ refused at composition, before anything runs. Ranges and cross-field rules are `
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Optional, get_type_hints
+from typing import Any, Dict, Optional, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -174,8 +174,28 @@ class ProfileConfig:
 
 
 @dataclass
+class ReferenceFigures:
+    """The article's figures for a rung (one seed of its GPU run); a rung it did not train has none."""
+
+    test_acc: float = MISSING  # a fraction, 0.929 for 92.9%
+    layer1_distance_px: float = MISSING
+    uniform_distance_px: float = MISSING
+
+
+@dataclass
+class RungInfo:
+    """What a rung is, not what it trains: outside the recipe (training/recipe.py)."""
+
+    description: str = MISSING  # one line: what the rung adds to the one it builds on
+    reference: Optional[ReferenceFigures] = None
+
+
+@dataclass
 class Config:
     rung: str = MISSING
+    # Each conf/step/<rung>.yaml adds its own entry, so a rung's config holds the info of every rung it
+    # builds on, bottom first; keyed by name, so a rung without reference figures inherits none.
+    rung_info: Dict[str, RungInfo] = field(default_factory=dict)
     ladder: str = MISSING
     seed: int = MISSING
     run_dir: str = MISSING

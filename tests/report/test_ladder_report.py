@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from vitladder.analysis.outputs import LAYERS_COLUMNS, read_csv, write_csv
-from vitladder.config import RUNGS
-from vitladder.report.ladder_report import REFERENCE, build_report, mean_ci, t_quantile_975
+from vitladder.config import get_rung, rung_names
+from vitladder.report.ladder_report import build_report, mean_ci, t_quantile_975
 from vitladder.report.wandb_run import log_report_to_wandb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,14 +47,14 @@ def assert_png(path: Path) -> None:
 
 def test_one_seed_full_ladder(tmp_path: Path) -> None:
     ladder = tmp_path / "smoke"
-    for i, rung in enumerate(RUNGS):
+    for i, rung in enumerate(rung_names()):
         make_run(ladder, rung, test_acc=0.5 + i / 100, layer1=15.0 - i)
     (ladder / "wandb").mkdir()  # other folders are ignored
     report = build_report(ladder)
 
     rows = read_csv(ladder / "ladder.csv")
     assert list(rows[0]) == LADDER_COLUMNS
-    assert [r["rung"] for r in rows] == list(RUNGS)
+    assert [r["rung"] for r in rows] == list(rung_names())
     assert float(rows[2]["test_acc"]) == pytest.approx(0.52)
     assert float(rows[2]["layer1_distance_px"]) == pytest.approx(13.0)
     assert float(rows[0]["uniform_distance_px"]) == pytest.approx(16.064)
@@ -63,8 +63,8 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
 
     text = report.read_text()
     assert report == ladder / "report.md"
-    for rung in RUNGS:  # the project's numbers beside the reference ones
-        assert f"`{rung}`" in text and f"{REFERENCE[rung]['test_acc']:.1%}" in text
+    for rung in rung_names():  # the project's numbers beside the reference ones
+        assert f"`{rung}`" in text and f"{get_rung(rung).reference['test_acc']:.1%}" in text
     assert "52.0%" in text and "| 13.0 |" in text and "15.8 (16.1)" in text and "8.1 (16.5)" in text
     assert "±" not in text.split("## Figures")[0].split("|---|")[1]  # one seed: no intervals in the table
     assert "(patch8/analysis/)" in text and "profile `smoke`" in text and "not the full GPU recipe".lower() in text.lower()
@@ -160,10 +160,11 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     columns = ladder_table["columns"]
     assert columns[:4] == ["rung", "rung_index", "seeds", "n_seeds"] and "ref_test_acc" in columns
     rows = {row[0]: dict(zip(columns, row)) for row in ladder_table["data"]}
-    assert list(rows) == list(RUNGS) and [r["rung_index"] for r in rows.values()] == list(range(len(RUNGS)))
+    assert list(rows) == list(rung_names()) and [r["rung_index"] for r in rows.values()] == list(range(len(rung_names())))
     warmup = rows["warmup"]
     mean, half = mean_ci(accs)
-    assert warmup["seeds"] == "0,1,2" and warmup["n_seeds"] == 3 and warmup["ref_test_acc"] == REFERENCE["warmup"]["test_acc"]
+    assert warmup["seeds"] == "0,1,2" and warmup["n_seeds"] == 3
+    assert warmup["ref_test_acc"] == get_rung("warmup").reference["test_acc"]
     assert warmup["test_acc"] == pytest.approx(mean) and warmup["test_acc_ci95"] == pytest.approx(half)
     assert rows["patch8"]["n_seeds"] == 0 and rows["patch8"]["test_acc"] is None  # not run: the reference only
 
@@ -174,12 +175,12 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     series = {(r[0], r[3]): r[4] for r in chart["data"]}
     assert series[("warmup", "this project")] == pytest.approx(mean)
     assert series[("warmup", "this project, 95% CI high")] == pytest.approx(mean + half)
-    assert series[("epochs200", "reference (article)")] == REFERENCE["epochs200"]["test_acc"]
+    assert series[("epochs200", "reference (article)")] == get_rung("epochs200").reference["test_acc"]
     assert ("patch4", "this project, 95% CI low") not in series  # one seed: no interval
     layers = run.table("report/layers")
     assert {(r[0], r[3]) for r in layers["data"]} == {(rung, l) for rung in ("patch4", "warmup") for l in range(7)}
     distance = {(r[0], r[3]) for r in run.table("report/layer1_distance_by_rung_table")["data"]}
-    assert {(rung, series) for rung in RUNGS for series in ("uniform attention", "reference (article)")} <= distance
+    assert {(rung, series) for rung in rung_names() for series in ("uniform attention", "reference (article)")} <= distance
     for key in ("report/distance_px_by_layer", "report/entropy_nats_by_layer"):  # one line per rung over the layers
         fields = run.config[f"_wandb.visualize.{key}"]["panel_config"]["fieldSettings"]
         assert fields["x"] == "layer" and fields["stroke"] == "rung", key

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import RUNGS
+from vitladder.config import rung_names
 from vitladder.errors import UserError
 from vitladder.training.ladder import (PlannedRun, data_overrides, format_seconds, parse_seeds, plan_ladder,
                                        run_ladder)
@@ -32,7 +32,7 @@ def test_seeds_parse_or_fail_clearly():
 
 def test_plan_covers_every_rung_per_seed_in_order():
     runs = plan_ladder([0, 1], ["profile=smoke"])
-    assert [(r.rung, r.seed) for r in runs] == [(rung, s) for s in (0, 1) for rung in RUNGS]
+    assert [(r.rung, r.seed) for r in runs] == [(rung, s) for s in (0, 1) for rung in rung_names()]
     assert str(runs[0].run_dir) == "outputs/smoke/patch8" and str(runs[8].run_dir) == "outputs/smoke/patch8-seed1"
     assert runs[9].overrides == ["step=augment", "profile=smoke", "seed=1"]  # kept in the run folder
     for step in ("+step=patch8", "step=patch8"):
@@ -61,7 +61,7 @@ def test_runner_skips_finished_runs_and_reports_an_eta(tmp_path):
         return summary
 
     summaries = run_ladder(runs, train, lambda cfgs: [10.0] * len(cfgs), log=lines.append)
-    assert trained == list(RUNGS[1:]) and len(summaries) == 8
+    assert trained == list(rung_names()[1:]) and len(summaries) == 8
     assert lines[0] == "1 of 8 runs already finished: skipping them"
     assert lines[1] == "estimated time for 7 runs on this machine: 1m10s"
     assert "ladder ETA" in lines[3]
@@ -90,7 +90,7 @@ def test_overwrite_retrains_a_changed_rung_and_skips_the_rest(tmp_path):
     trained = []
     run_ladder(changed, lambda cfg, overrides: trained.append(cfg.rung) or {"test_acc": 0.5, "seconds": 1.0},
                lambda cfgs: [1.0] * len(cfgs), log=lambda line: None)
-    assert trained == list(RUNGS), "every rung's recipe changed: every rung trains again"
+    assert trained == list(rung_names()), "every rung's recipe changed: every rung trains again"
 
     trained.clear()
     same = plan_ladder([0], [*base, "trainer.enable_progress_bar=false", "wandb.mode=disabled", "overwrite=true"])
@@ -130,7 +130,7 @@ def test_a_ladder_estimated_beyond_a_day_stops_before_training(tmp_path):
     # Within a day, or confirmed, it trains.
     run_ladder(runs[:1], train, lambda cfgs: [23 * 3600.0], log=lambda line: None)
     run_ladder(runs[1:2], train, estimate, log=lambda line: None, max_seconds=None)
-    assert trained == list(RUNGS[:2])
+    assert trained == list(rung_names()[:2])
 
 
 def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_path, monkeypatch, capsys):
@@ -180,7 +180,7 @@ def test_smoke_ladder_trains_every_rung(repo_root, tmp_path, child_env):
     elapsed = time.time() - started
     assert result.returncode == 0, result.stderr[-3000:]
     assert "estimated time for 8 runs on this machine" in result.stdout
-    for rung in RUNGS:
+    for rung in rung_names():
         run_dir = tmp_path / "smoke" / rung
         summary = json.loads((run_dir / "done.json").read_text())
         assert summary["rung"] == rung and summary["epochs"] == (2 if rung == "epochs200" else 1)

@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 import torch
 
-from vitladder.config import RUNGS
+from vitladder.config import rung_names
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.training.module import TrainingDiverged
 from vitladder.training.run import build_module
@@ -22,7 +22,7 @@ def fit(cfg, module, **trainer_kwargs):
     return trainer
 
 
-@pytest.mark.parametrize("rung", RUNGS)
+@pytest.mark.parametrize("rung", rung_names())
 def test_one_training_step_of_every_rung(tiny_cfg, rung):
     cfg = tiny_cfg(rung)
     module = build_module(cfg, num_classes=10)

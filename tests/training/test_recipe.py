@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from vitladder.config import RUNGS, auto_precision, compose_rung, scaled_epochs
+from vitladder.config import auto_precision, compose_rung, rung_names, scaled_epochs
 from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
 from vitladder.training.resume import seed_epoch
 from vitladder.run_folder import RunPaths
@@ -30,8 +30,8 @@ SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung
 
 def recipe(rung: str) -> tuple[float, bool]:
     """(label smoothing, MixUp/CutMix on) that the README's ladder table gives the rung."""
-    level = RUNGS.index(rung)
-    return (SMOOTHING if level >= RUNGS.index("label_smoothing") else 0.0), level >= RUNGS.index("mixup_cutmix")
+    level = rung_names().index(rung)
+    return (SMOOTHING if level >= rung_names().index("label_smoothing") else 0.0), level >= rung_names().index("mixup_cutmix")
 
 
 def smoothed(labels: torch.Tensor, eps: float) -> torch.Tensor:
@@ -39,7 +39,7 @@ def smoothed(labels: torch.Tensor, eps: float) -> torch.Tensor:
     return F.one_hot(labels, K).double() * (1 - eps) + eps / K
 
 
-@pytest.mark.parametrize("rung", RUNGS)
+@pytest.mark.parametrize("rung", rung_names())
 def test_the_smoke_profile_trains_each_rung_with_the_full_recipes_loss(rung: str) -> None:
     full, smoke = compose_rung(rung), compose_rung(rung, ["profile=smoke"])
     eps, mixed = recipe(rung)
@@ -48,7 +48,7 @@ def test_the_smoke_profile_trains_each_rung_with_the_full_recipes_loss(rung: str
     assert smoke.loss == full.loss and smoke.mixup == full.mixup
 
 
-@pytest.mark.parametrize("rung", RUNGS)
+@pytest.mark.parametrize("rung", rung_names())
 def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: str, monkeypatch) -> None:
     eps, mixed = recipe(rung)
     module = build_module(tiny_cfg(rung, "model.depth=1"), num_classes=K).eval()  # eval: a forward to recompute

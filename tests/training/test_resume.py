@@ -16,7 +16,7 @@ import pytest
 import torch
 import wandb
 
-from vitladder.config import RUNGS
+from vitladder.config import rung_names
 from vitladder.training import run as run_module
 from vitladder.run_folder import RunPaths
 from vitladder.training.run import train_rung
@@ -131,7 +131,7 @@ def test_a_ladder_killed_at_any_moment_finishes_when_run_again(repo_root, tmp_pa
     result = subprocess.run(command, cwd=repo_root, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "already finished: skipping them" in result.stdout
-    for rung in RUNGS:
+    for rung in rung_names():
         paths = RunPaths(ladder / rung)
         summary = json.loads(paths.done.read_text())
         assert summary["epochs"] == (4 if rung == "epochs200" else 2), rung

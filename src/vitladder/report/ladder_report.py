@@ -17,26 +17,11 @@ from pathlib import Path
 from vitladder.analysis.figures import plot_explainer, plot_layer_lines
 from vitladder.analysis.outputs import read_analysis_csv, write_csv
 from vitladder.atomic import write_text
-from vitladder.config import RUNGS
+from vitladder.config import get_rung, rung_names
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
-__all__ = ["REFERENCE", "LADDER_COLUMNS", "RungResult", "build_report", "collect", "mean_ci", "t_quantile_975"]
-
-# DESIGN.md section 3 (the article's one-seed GPU run); uniform distances from section 4.
-REFERENCE: dict[str, dict] = {
-    "patch8": {"adds": "patch 8, no augmentation, AdamW + cosine", "test_acc": 0.573, "layer1_distance_px": 15.8,
-               "uniform_distance_px": 16.1},
-    "augment": {"adds": "random crop + flip", "test_acc": 0.616, "layer1_distance_px": 15.3, "uniform_distance_px": 16.1},
-    "patch4": {"adds": "patch 4", "test_acc": 0.777, "layer1_distance_px": 14.0, "uniform_distance_px": 16.5},
-    "warmup": {"adds": "learning-rate warmup", "test_acc": 0.886, "layer1_distance_px": 12.0, "uniform_distance_px": 16.5},
-    "label_smoothing": {"adds": "label smoothing 0.1", "test_acc": 0.887, "layer1_distance_px": 12.5,
-                        "uniform_distance_px": 16.5},
-    "mixup_cutmix": {"adds": "MixUp/CutMix", "test_acc": 0.887, "layer1_distance_px": 10.1, "uniform_distance_px": 16.5},
-    "stochastic_depth": {"adds": "stochastic depth", "test_acc": 0.883, "layer1_distance_px": 9.6,
-                         "uniform_distance_px": 16.5},
-    "epochs200": {"adds": "200 epochs", "test_acc": 0.929, "layer1_distance_px": 8.1, "uniform_distance_px": 16.5},
-}
+__all__ = ["LADDER_COLUMNS", "RungResult", "build_report", "collect", "mean_ci", "t_quantile_975"]
 
 LADDER_COLUMNS = ("rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
 CI_COLUMNS = ("n_seeds", "test_acc_ci95", "layer1_distance_px_ci95", "layer1_entropy_nats_ci95")
@@ -107,7 +92,7 @@ class RungResult:
 
 def _read_run(path: Path) -> RunRecord | None:
     parsed, paths = parse_run_name(path.name), RunPaths(path)
-    if parsed is None or parsed[0] not in RUNGS or not is_finished(path):  # the report folder, a set-aside run
+    if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, a set-aside run
         return None
     layers_csv = paths.layers_csv
     try:
@@ -130,7 +115,7 @@ def collect(ladder_dir: str | Path) -> list[RungResult]:
     """The finished rungs of a ladder folder, in ladder order, each with its seeds sorted."""
     runs = [r for p in sorted(Path(ladder_dir).iterdir()) if p.is_dir() and (r := _read_run(p)) is not None]
     return [RungResult(rung, sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed))
-            for rung in RUNGS if any(r.rung == rung for r in runs)]
+            for rung in rung_names() if any(r.rung == rung for r in runs)]
 
 
 def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
@@ -185,16 +170,19 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
              "| rung | adds | test acc. | ref. | layer-1 distance (px) | ref. | uniform (px) | layer-1 entropy (nats)"
              " | seeds | figures |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for rung in RUNGS:
-        ref, result = REFERENCE[rung], by_rung.get(rung)
+    for rung in rung_names():
+        info, result = get_rung(rung), by_rung.get(rung)
+        ref = info.reference  # the article's figures, the uniform distance in brackets; a new rung has none
+        ref_acc = f"{ref['test_acc']:.1%}" if ref else "—"
+        ref_distance = f"{ref['layer1_distance_px']} ({ref['uniform_distance_px']})" if ref else "—"
         if result is None:
-            lines.append(f"| `{rung}` | {ref['adds']} | — | {ref['test_acc']:.1%} | — | {ref['layer1_distance_px']} "
-                         f"({ref['uniform_distance_px']}) | — | — | 0 | not finished |")
+            lines.append(f"| `{rung}` | {info.description} | — | {ref_acc} | — | {ref_distance} | — | — | 0 "
+                         "| not finished |")
             continue
         links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
         lines.append(
-            f"| `{rung}` | {ref['adds']} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref['test_acc']:.1%} | "
-            f"{_fmt(result.values('layer1_distance_px'))} | {ref['layer1_distance_px']} ({ref['uniform_distance_px']}) | "
+            f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
+            f"{_fmt(result.values('layer1_distance_px'))} | {ref_distance} | "
             f"{_fmt(result.values('uniform_distance_px'), ci=False)} | {_fmt(result.values('layer1_entropy_nats'), digits=2)} | "
             f"{len(result.runs)} | {links} |")
     lines += ["", "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "

@@ -9,10 +9,12 @@ over them, the report's PNGs, and its files as a ``report`` artifact. Every tabl
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
-from vitladder.config import RUNGS, rung_index
-from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, REFERENCE, RungResult, collect, mean_ci
+from vitladder.config import get_rung, rung_index, rung_names
+from vitladder.config_schema import ReferenceFigures
+from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, RungResult, collect, mean_ci
 from vitladder.run_folder import RunPaths
 
 __all__ = ["CHARTS", "log_report_to_wandb", "report_tables", "rung_artifacts"]
@@ -37,10 +39,12 @@ def _mean(values: list[float]) -> tuple[float | None, float | None]:
     return mean_ci(values) if values else (None, None)
 
 
-def _series_rows(result: RungResult | None, rung: str, key: str, reference: float) -> list[list]:
-    """Long-format rows [rung, rung_index, seeds, series, value] for a by-rung chart."""
+def _series_rows(result: RungResult | None, rung: str, key: str) -> list[list]:
+    """Long-format rows [rung, rung_index, seeds, series, value] for a by-rung chart (no reference row for a
+    rung the article did not train)."""
     ident = [rung, rung_index(rung), _seeds(result) if result else ""]
-    rows = [[*ident, REFERENCE_SERIES, reference]]
+    reference = get_rung(rung).reference.get(key)
+    rows = [] if reference is None else [[*ident, REFERENCE_SERIES, reference]]
     if result is None:
         return rows
     mean, half = _mean(result.values(key))
@@ -57,16 +61,17 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     by_rung = {r.rung: r for r in results}
     stats = ("test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
     ladder_columns = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
+    referenced = {f.name for f in fields(ReferenceFigures)}
     for key in stats:
-        ladder_columns += [key, f"{key}_ci95"] + ([f"ref_{key}"] if key in REFERENCE["patch8"] else [])
+        ladder_columns += [key, f"{key}_ci95"] + ([f"ref_{key}"] if key in referenced else [])
     ladder = []
-    for rung in RUNGS:
-        result = by_rung.get(rung)
+    for rung in rung_names():
+        result, info = by_rung.get(rung), get_rung(rung)
         row = [rung, rung_index(rung), _seeds(result) if result else "", len(result.runs) if result else 0,
-               REFERENCE[rung]["adds"]]
+               info.description]
         for key in stats:
             row += list(_mean(result.values(key))) if result else [None, None]
-            row += [REFERENCE[rung][key]] if key in REFERENCE[rung] else []
+            row += [info.reference.get(key)] if key in referenced else []
         ladder.append(row)
 
     runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *LADDER_COLUMNS[2:]]
@@ -81,15 +86,14 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
               for layer, values in enumerate(zip(*(r.by_layer(k) for k in layers_columns[4:])))]
 
     by_rung_columns = ["rung", "rung_index", "seeds", "series"]
-    test_acc = [row for rung in RUNGS for row in _series_rows(by_rung.get(rung), rung, "test_acc",
-                                                               REFERENCE[rung]["test_acc"])]
-    distance = [row for rung in RUNGS for row in _series_rows(by_rung.get(rung), rung, "layer1_distance_px",
-                                                               REFERENCE[rung]["layer1_distance_px"])]
-    for rung in RUNGS:  # the uniform baseline the distances are read against
+    test_acc = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "test_acc")]
+    distance = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "layer1_distance_px")]
+    for rung in rung_names():  # the uniform baseline the distances are read against
         result = by_rung.get(rung)
         uniform, _ = _mean(result.values("uniform_distance_px")) if result else (None, None)
-        distance.append([rung, rung_index(rung), _seeds(result) if result else "", UNIFORM,
-                         uniform if uniform is not None else REFERENCE[rung]["uniform_distance_px"]])
+        uniform = uniform if uniform is not None else get_rung(rung).reference.get("uniform_distance_px")
+        if uniform is not None:
+            distance.append([rung, rung_index(rung), _seeds(result) if result else "", UNIFORM, uniform])
     return {
         "ladder": (ladder_columns, ladder),
         "runs": (runs_columns, runs),

@@ -26,10 +26,10 @@ from omegaconf import DictConfig
 
 from vitladder.analysis.outputs import read_csv
 from vitladder.atomic import write_json, write_text
-from vitladder.config import compose_rung, scaled_epochs
+from vitladder.config import compose_rung, get_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.errors import UserError
-from vitladder.report.ladder_report import REFERENCE, build_report
+from vitladder.report.ladder_report import build_report
 from vitladder.run_folder import RunPaths
 from vitladder.training.benchmark import BenchSettings, time_project
 from vitladder.training.estimate import EVAL_COST
@@ -205,6 +205,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
     layers = [{"layer": int(r["layer"]), "distance_px": float(r["distance_px"]),
                "entropy_nats": float(r["entropy_nats"])} for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)]
+    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
     result = {
         **device_info(),
         "smoke": options.smoke, "budget_s": options.budget_s, "precision": precision,
@@ -227,8 +228,8 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
                      "layer1_distance_px": summary.get("layer1_distance_px"),
                      "uniform_distance_px": summary.get("uniform_distance_px"),
                      "layer1_entropy_nats": summary.get("layer1_entropy_nats")},
-        "reference": {"test_acc": REFERENCE[RUNG]["test_acc"], "epochs": int(base.optim.epochs),
-                      "layer1_distance_px": REFERENCE[RUNG]["layer1_distance_px"]},
+        "reference": {"test_acc": reference["test_acc"], "epochs": int(base.optim.epochs),
+                      "layer1_distance_px": reference["layer1_distance_px"]},
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     clock.phase("report", since)

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig
 
-from vitladder.config import RUNGS, compose_rung, is_step_override
+from vitladder.config import compose_rung, is_step_override, rung_names
 from vitladder.errors import UserError
 
 
@@ -49,7 +49,7 @@ def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedR
                         "python train.py step=<rung>")
     planned = []
     for seed in seeds:
-        for rung in RUNGS:
+        for rung in rung_names():
             run_overrides = [f"step={rung}", *overrides, f"seed={seed}"]
             planned.append(PlannedRun(rung, seed, compose_rung(rung, run_overrides[1:]), run_overrides))
     return planned

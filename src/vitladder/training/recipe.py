@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
-# speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned.
+# speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned;
+# rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew).
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "output_root", "run_dir", "ladder", "overwrite", "wandb", "speed.compile", "checkpoint", "trainer.inference_mode",
+    "rung_info",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "trainer.default_root_dir", "analysis.batch_size", "data.cache_dir", "data.max_file_mib",
 )

@@ -161,8 +161,11 @@ def rung_run(cfg: DictConfig, run_dir: Path) -> dict:
 
 def wandb_config(cfg: DictConfig) -> dict:
     """The run's W&B config: the resolved Hydra config, plus the rung's position in the ladder so that
-    dashboards can order rungs."""
-    return {**OmegaConf.to_container(cfg, resolve=True), "rung_index": rung_index(cfg.rung)}
+    dashboards can order rungs. rung_info (descriptions and reference figures of every rung below) is
+    left out: not settings to filter runs by."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("rung_info", None)
+    return {**config, "rung_index": rung_index(cfg.rung)}
 
 
 def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
