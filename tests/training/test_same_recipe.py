@@ -92,3 +92,22 @@ def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path)
     assert paths.done.is_file() and [p.name for p in paths.root.parent.iterdir()] == ["patch8"]
     set_aside(paths)  # once free, it moves
     assert [p.name.split("-")[0] for p in paths.root.parent.iterdir()] == ["patch8.replaced"]
+
+
+def test_rung_info_is_not_the_recipe(tiny_cfg):
+    """A reworded description, new reference figures, or a config.yaml from before rung_info existed: the
+    finished rung is still this recipe and is skipped, not refused as "another recipe"."""
+    cfg = tiny_cfg("augment", "analysis.enabled=false", "wandb.mode=disabled")
+    current = OmegaConf.to_container(cfg, resolve=True)
+    reworded = OmegaConf.to_container(cfg, resolve=True)
+    reworded["rung_info"]["augment"]["description"] = "random crop (pad 4) + horizontal flip"
+    reworded["rung_info"]["patch8"]["reference"] = None
+    before = {key: value for key, value in current.items() if key != "rung_info"}
+    assert recipe_changes(reworded, current) == [] and recipe_changes(before, current) == []
+    assert recipe_changes({**before, "model": {**before["model"], "patch_size": 4}}, current) != []
+
+    first = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    for stored in (reworded, before):
+        paths.config.write_text(OmegaConf.to_yaml(stored))
+        assert train_rung(cfg) == first, "skipped as finished under the same recipe"
