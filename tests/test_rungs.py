@@ -88,6 +88,16 @@ def test_hydra_composes_each_rung_from_the_chain_the_ladder_reads():
         assert OmegaConf.to_container(info[rung].reference) == get_rung(rung).reference
 
 
+def test_the_wandb_config_keeps_rung_index_and_leaves_rung_info_out():
+    """W&B's config is the resolved config as before rung_info existed, plus the rung's ladder position."""
+    from vitladder.training.wandb_run import wandb_config
+
+    cfg = compose_rung("warmup")
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    del resolved["rung_info"]
+    assert wandb_config(cfg) == {**resolved, "rung_index": rung_names().index("warmup")}
+
+
 README_ROW = re.compile(r"^\| `(?P<rung>[a-z0-9_]+)` \| (?P<adds>[^|]+) \| (?P<delta>[^|]+) \| (?P<ref>[^|]+) \|$")
 
 
@@ -168,6 +178,7 @@ def project_with_grad_clip(repo_root, tmp_path) -> Path:
     return copy
 
 
+@pytest.mark.slow  # two child processes under a project copy, one of them a tiny training run
 def test_a_new_rung_file_is_a_rung_with_no_python_edited(project_with_grad_clip, tmp_path, child_env):
     copy = project_with_grad_clip
     env = child_env(PYTHONPATH=str(copy / "src"))
