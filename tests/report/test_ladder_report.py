@@ -160,7 +160,8 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     columns = ladder_table["columns"]
     assert columns[:4] == ["rung", "rung_index", "seeds", "n_seeds"] and "ref_test_acc" in columns
     rows = {row[0]: dict(zip(columns, row)) for row in ladder_table["data"]}
-    assert list(rows) == list(rung_names()) and [r["rung_index"] for r in rows.values()] == list(range(len(rung_names())))
+    names = rung_names()
+    assert list(rows) == list(names) and [r["rung_index"] for r in rows.values()] == list(range(len(names)))
     warmup = rows["warmup"]
     mean, half = mean_ci(accs)
     assert warmup["seeds"] == "0,1,2" and warmup["n_seeds"] == 3
@@ -180,7 +181,8 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     layers = run.table("report/layers")
     assert {(r[0], r[3]) for r in layers["data"]} == {(rung, l) for rung in ("patch4", "warmup") for l in range(7)}
     distance = {(r[0], r[3]) for r in run.table("report/layer1_distance_by_rung_table")["data"]}
-    assert {(rung, series) for rung in rung_names() for series in ("uniform attention", "reference (article)")} <= distance
+    assert {(rung, series) for rung in rung_names()
+            for series in ("uniform attention", "reference (article)")} <= distance
     for key in ("report/distance_px_by_layer", "report/entropy_nats_by_layer"):  # one line per rung over the layers
         fields = run.config[f"_wandb.visualize.{key}"]["panel_config"]["fieldSettings"]
         assert fields["x"] == "layer" and fields["stroke"] == "rung", key

@@ -30,8 +30,9 @@ SMOOTHING = 0.1  # the label_smoothing rung's value (README), kept by every rung
 
 def recipe(rung: str) -> tuple[float, bool]:
     """(label smoothing, MixUp/CutMix on) that the README's ladder table gives the rung."""
-    level = rung_names().index(rung)
-    return (SMOOTHING if level >= rung_names().index("label_smoothing") else 0.0), level >= rung_names().index("mixup_cutmix")
+    names = rung_names()
+    level = names.index(rung)
+    return (SMOOTHING if level >= names.index("label_smoothing") else 0.0), level >= names.index("mixup_cutmix")
 
 
 def smoothed(labels: torch.Tensor, eps: float) -> torch.Tensor:
