@@ -67,7 +67,7 @@ def get_rung(rung: str) -> Rung:
 
 
 def rung_index(rung: str) -> int | None:
-    """The rung's position in the ladder (0 = patch8): the order to sort rungs by in tables and charts."""
+    """The rung's position in the ladder (0 = the first rung): the order to sort rungs by in tables and charts."""
     return rung_names().index(rung) if rung in rung_names() else None
 
 

@@ -23,7 +23,7 @@ PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uni
 # Custom charts: key -> (table, x, y, stroke, title). wandb.plot.line stores each table as "<key>_table".
 CHARTS = {
     "report/test_acc_by_rung": ("test_acc_by_rung", "rung_index", "test_acc", "series",
-                                "test accuracy by rung (rung_index 0 = patch8 ... 7 = epochs200)"),
+                                "test accuracy by rung (rung_index: 0 = the first rung)"),
     "report/layer1_distance_by_rung": ("layer1_distance_by_rung", "rung_index", "layer1_distance_px", "series",
                                        "layer-1 mean attention distance (px) by rung"),
     "report/distance_px_by_layer": ("layers", "layer", "distance_px", "rung", "mean attention distance (px) by layer"),

@@ -24,7 +24,7 @@ RUNG_LINES = (
 READING = (
     "Every number comes from the runs of this ladder. **The ladder beside the article**: the report run's "
     "table (project and reference figures side by side; with several seeds, mean and 95% CI) and charts by "
-    "rung in ladder order (rung_index 0 = patch8 ... 7 = epochs200). **Training**: one line per rung (seeds "
+    "rung in ladder order (rung_index: 0 = the first rung). **Training**: one line per rung (seeds "
     "averaged, shaded: standard error) against epochs trained. **Per head**: every rung's 42 heads, with "
     "rung, rung_index and seed columns to filter and sort by."
 )
