@@ -28,6 +28,7 @@ from vitladder.data.augment import normalize
 
 __all__ = ["AttentionSummary", "ExampleAttention", "HeadStats", "analyse", "head_metrics", "query_metrics"]
 
+
 def head_metrics(attn: Tensor, patch_px: float, metrics: Sequence[HeadMetric] | None = None) -> Tensor:
     """The per-head numbers of one layer's ``(B, H, T, T)`` attention, ``(M, H)``, in ``metrics`` order
     (default: every declared metric)."""
