@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> Path:
     if meta.run_dir is not None and out.resolve() == RunPaths(meta.run_dir).analysis.resolve():
         run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
     print(f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
-          f"layer-1 distance {summary.layers.distance_px[min(1, summary.num_layers - 1)]:.1f} px "
-          f"(uniform {summary.uniform_distance_px:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else ""))
+          f"layer-1 distance {summary.layers['distance_px'][min(1, summary.num_layers - 1)]:.1f} px "
+          f"(uniform {summary.uniform['distance_px']:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else ""))
     return out
 
 

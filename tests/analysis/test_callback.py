@@ -36,8 +36,8 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     test = fitted_run.datamodule.test
     again = analyse(fitted_run.trainer.lightning_module.model, test.images[:40], 40, 4, example_index=None)
     got = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
-    assert torch.allclose(got[..., 0], again.heads.distance_px, atol=1e-4)
-    assert torch.allclose(got[..., 1], again.heads.entropy_nats, atol=1e-4)
+    assert torch.allclose(got[..., 0], again.heads["distance_px"], atol=1e-4)
+    assert torch.allclose(got[..., 1], again.heads["entropy_nats"], atol=1e-4)
     summary = fitted_run.callback.summary
     assert summary.num_images == 40 and summary.example.index == 3
     assert fitted_run.callback.seconds < 60
@@ -55,7 +55,7 @@ def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
 
 def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:
     run = wandb_run_reader(next((fitted_run.run_dir / "wandb").glob("offline-run-*")))
-    layer1 = fitted_run.callback.summary.layers.distance_px[1].item()
+    layer1 = fitted_run.callback.summary.layers["distance_px"][1].item()
     summary = run.summary
     assert summary["analysis/layer1/distance_px"] == pytest.approx(layer1, abs=1e-4)
     for key in ("analysis/layer6/entropy_nats", "analysis/layer0/cls_share", "analysis/uniform_distance_px",

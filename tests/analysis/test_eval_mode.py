@@ -49,8 +49,8 @@ def some_images(n: int, seed: int) -> torch.Tensor:
 def as_tensors(summary: AttentionSummary) -> dict[str, object]:
     example = summary.example
     return {
-        "heads": torch.stack([summary.heads.distance_px, summary.heads.entropy_nats, summary.heads.cls_share,
-                              summary.heads.distance_drop_px]),
+        "heads": torch.stack([summary.heads["distance_px"], summary.heads["entropy_nats"], summary.heads["cls_share"],
+                              summary.heads["distance_drop_px"]]),
         "meta": (summary.grid, summary.patch_px, summary.num_images),
         "example": None if example is None else torch.cat([example.cls_maps.flatten(), example.rollout,
                                                            example.rollout_by_layer.flatten()]),
@@ -127,8 +127,8 @@ def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images
         assert module.model.training and module.training  # Lightning's train mode is left as it was
         rows = [r for r in callback.history if r["epoch"] == 3]
         assert [r["layer"] for r in rows] == [0, 1, 2]
-        assert [r["distance_px"] for r in rows] == reference.distance_px.tolist()
-        assert [r["entropy_nats"] for r in rows] == reference.entropy_nats.tolist()
+        assert [r["distance_px"] for r in rows] == reference["distance_px"].tolist()
+        assert [r["entropy_nats"] for r in rows] == reference["entropy_nats"].tolist()
         assert module.logged["track/layer2/distance_px"] == rows[2]["distance_px"]
         histories.append(callback.history)
     assert histories[0] == histories[1]
@@ -187,6 +187,6 @@ def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Pat
     reference = eval_reference(images[:6], batch_size=4, labels=labels[:6], example_index=1)
     values = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])]
                            for r in read_csv(out / "heads.csv")])  # (L * H, 3), layer-major
-    expected = torch.stack([reference.heads.distance_px, reference.heads.entropy_nats,
-                            reference.heads.cls_share], dim=-1).reshape(-1, 3)
+    expected = torch.stack([reference.heads["distance_px"], reference.heads["entropy_nats"],
+                            reference.heads["cls_share"]], dim=-1).reshape(-1, 3)
     assert torch.allclose(values, expected, atol=2e-6)  # the CSV rounds to 6 decimals

@@ -80,7 +80,7 @@ def test_every_figure_shows_titles_and_labels_as_written(tmp_path: Path, monkeyp
     history = [{"epoch": e, "layer": l, "distance_px": 10.0 + l, "entropy_nats": 3.0} for e in range(2) for l in range(2)]
     figures.plot_heads(np.full((7, 6), 0.5), 0.5, text, text, tmp_path / "heads.png")
     figures.plot_layer_lines({text: [1.0, 2.0]}, {text + " ref": 1.5}, text, text, tmp_path / "lines.png")
-    figures.plot_tracking(history, 16.0, 4.0, text, tmp_path / "tracking.png")
+    figures.plot_tracking(history, {"distance_px": 16.0, "entropy_nats": 4.0}, text, tmp_path / "tracking.png")
     assert figs[0].axes[0].get_title() == text and figs[0].axes[0].get_ylabel() == text
     assert [t.get_text() for t in figs[1].axes[0].get_legend().get_texts()] == [text, text + " ref"]
     assert figs[2].get_suptitle() == text

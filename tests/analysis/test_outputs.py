@@ -9,13 +9,13 @@ import torch
 from PIL import Image
 
 from vitladder.analysis.outputs import (
-    HEADS_COLUMNS,
-    LAYERS_COLUMNS,
-    TRACKING_COLUMNS,
     analysis_summary_for_done,
+    heads_columns,
+    layers_columns,
     read_analysis_csv,
     read_csv,
     read_tracking,
+    tracking_columns,
     write_analysis,
 )
 from vitladder.analysis.summary import AttentionSummary, analyse
@@ -55,12 +55,12 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
     heads = read_csv(tmp_path / "heads.csv")
     assert len(heads) == 42
     assert list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
-    assert tuple(heads[0]) == HEADS_COLUMNS
+    assert tuple(heads[0]) == heads_columns()
     assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(l, h) for l in range(7) for h in range(6)]
-    assert float(heads[13]["distance_px"]) == pytest.approx(float(summary.heads.distance_px[2, 1]), abs=1e-5)
+    assert float(heads[13]["distance_px"]) == pytest.approx(float(summary.heads["distance_px"][2, 1]), abs=1e-5)
 
     layers = read_csv(tmp_path / "layers.csv")
-    assert len(layers) == 7 and tuple(layers[0]) == LAYERS_COLUMNS
+    assert len(layers) == 7 and tuple(layers[0]) == layers_columns()
     for l, row in enumerate(layers):
         head_mean = sum(float(r["entropy_nats"]) for r in heads if int(r["layer"]) == l) / 6
         assert float(row["entropy_nats"]) == pytest.approx(head_mean, abs=1e-5)
@@ -75,8 +75,8 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
 
 
 def test_without_history_or_example_fewer_files(tmp_path: Path, summary: AttentionSummary) -> None:
-    bare = AttentionSummary(summary.heads, summary.patch_px, summary.grid, summary.num_images,
-                            summary.uniform_distance_px, summary.uniform_entropy_nats, example=None)
+    bare = AttentionSummary(summary.heads, summary.patch_px, summary.grid, summary.num_images, summary.uniform,
+                            example=None)
     files = write_analysis(bare, tmp_path, "patch4")
     assert {p.name for p in files.values()} == {"heads.csv", "layers.csv", "distance.png", "entropy.png",
                                                 "explainer.png"}
@@ -85,8 +85,8 @@ def test_without_history_or_example_fewer_files(tmp_path: Path, summary: Attenti
 
 def test_summary_for_done(summary: AttentionSummary) -> None:
     done = analysis_summary_for_done(summary)
-    assert done["layer1_distance_px"] == pytest.approx(float(summary.layers.distance_px[1]), abs=1e-5)
-    assert done["layer1_entropy_nats"] == pytest.approx(float(summary.layers.entropy_nats[1]), abs=1e-5)
+    assert done["layer1_distance_px"] == pytest.approx(float(summary.layers["distance_px"][1]), abs=1e-5)
+    assert done["layer1_entropy_nats"] == pytest.approx(float(summary.layers["entropy_nats"][1]), abs=1e-5)
     assert done["uniform_distance_px"] == pytest.approx(16.5459, abs=1e-4)
     assert done["analysis_images"] == 6
 
@@ -94,8 +94,8 @@ def test_summary_for_done(summary: AttentionSummary) -> None:
 def test_one_name_per_quantity_and_older_folders_still_read(tmp_path: Path, summary: AttentionSummary) -> None:
     """distance_px / entropy_nats / cls_share / distance_drop_px in every CSV; folders written before the
     names were unified (mean_distance_px, distance, entropy) are read under today's names."""
-    assert set(HEADS_COLUMNS) - {"layer", "head"} == {"distance_px", "entropy_nats", "cls_share", "distance_drop_px"}
-    assert TRACKING_COLUMNS == ("epoch", "layer", "distance_px", "entropy_nats")
+    assert set(heads_columns()) - {"layer", "head"} == {"distance_px", "entropy_nats", "cls_share", "distance_drop_px"}
+    assert tracking_columns() == ("epoch", "layer", "distance_px", "entropy_nats")
     (tmp_path / "layers.csv").write_text("layer,mean_distance_px,entropy_nats,mean_distance_drop_px\n1,12.5,3.1,11.0\n")
     (tmp_path / "tracking.csv").write_text("epoch,layer,distance,entropy\n0,1,16.5,4.17\n")
     assert read_analysis_csv(tmp_path / "layers.csv") == [{"layer": "1", "distance_px": "12.5", "entropy_nats": "3.1",

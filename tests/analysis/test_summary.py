@@ -29,17 +29,17 @@ def images() -> torch.Tensor:
 
 def test_shapes_and_layer_means(images: torch.Tensor) -> None:
     summary = analyse(tiny_vit(), images, batch_size=3, patch_px=4)
-    for values in (summary.heads.distance_px, summary.heads.entropy_nats, summary.heads.cls_share,
-                   summary.heads.distance_drop_px):
+    for values in (summary.heads["distance_px"], summary.heads["entropy_nats"], summary.heads["cls_share"],
+                   summary.heads["distance_drop_px"]):
         assert values.shape == (7, 6)
-    assert summary.layers.distance_px.shape == (7,)
-    assert torch.allclose(summary.layers.distance_px, summary.heads.distance_px.mean(dim=1))
-    assert torch.allclose(summary.layers.entropy_nats, summary.heads.entropy_nats.mean(dim=1))
+    assert summary.layers["distance_px"].shape == (7,)
+    assert torch.allclose(summary.layers["distance_px"], summary.heads["distance_px"].mean(dim=1))
+    assert torch.allclose(summary.layers["entropy_nats"], summary.heads["entropy_nats"].mean(dim=1))
     assert (summary.grid, summary.patch_px, summary.num_images) == (8, 4, 7)
-    assert summary.uniform_distance_px == pytest.approx(UNIFORM_8x8, abs=1e-4)
-    assert summary.uniform_entropy_nats == pytest.approx(math.log(65))
+    assert summary.uniform["distance_px"] == pytest.approx(UNIFORM_8x8, abs=1e-4)
+    assert summary.uniform["entropy_nats"] == pytest.approx(math.log(65))
     # drop convention = renormalised distance scaled by the patch share, so it is never larger
-    assert torch.all(summary.heads.distance_drop_px <= summary.heads.distance_px + 1e-5)
+    assert torch.all(summary.heads["distance_drop_px"] <= summary.heads["distance_px"] + 1e-5)
 
 
 def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
@@ -50,13 +50,13 @@ def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
     _, maps = capture_attention(model, normalize(images))
     direct = torch.stack([mean_attention_distance(a, 4) for a in maps])  # (L, H)
     for got in (streamed, whole):
-        assert torch.allclose(got.heads.distance_px, direct, atol=1e-4)
-        assert torch.allclose(got.heads.entropy_nats, torch.stack([attention_entropy(a) for a in maps]), atol=1e-5)
-        assert torch.allclose(got.heads.cls_share, torch.stack([cls_share(a) for a in maps]), atol=1e-6)
-        assert torch.allclose(got.heads.distance_drop_px, torch.stack([mean_attention_distance(a, 4, "drop")
+        assert torch.allclose(got.heads["distance_px"], direct, atol=1e-4)
+        assert torch.allclose(got.heads["entropy_nats"], torch.stack([attention_entropy(a) for a in maps]), atol=1e-5)
+        assert torch.allclose(got.heads["cls_share"], torch.stack([cls_share(a) for a in maps]), atol=1e-6)
+        assert torch.allclose(got.heads["distance_drop_px"], torch.stack([mean_attention_distance(a, 4, "drop")
                                                                        for a in maps]), atol=1e-4)
     # an unweighted mean of the three batch means would differ: the last batch holds one image
-    per_batch = [analyse(model, images[i:i + 3], 3, 4, example_index=None).heads.distance_px for i in (0, 3, 6)]
+    per_batch = [analyse(model, images[i:i + 3], 3, 4, example_index=None).heads["distance_px"] for i in (0, 3, 6)]
     assert not torch.allclose(torch.stack(per_batch).mean(0), direct, atol=1e-4)
 
 
@@ -68,17 +68,17 @@ def test_uniform_attention_gives_the_design_numbers(images: torch.Tensor) -> Non
             block.attn.qkv.weight.zero_()
             block.attn.qkv.bias.zero_()
     summary = analyse(model, images, batch_size=4, patch_px=4)
-    assert torch.allclose(summary.heads.distance_px, torch.full((7, 6), UNIFORM_8x8), atol=1e-3)
-    assert torch.allclose(summary.heads.entropy_nats, torch.full((7, 6), math.log(65)), atol=1e-4)
-    assert torch.allclose(summary.heads.cls_share, torch.full((7, 6), 1 / 65), atol=1e-6)
-    assert torch.allclose(summary.heads.distance_drop_px, torch.full((7, 6), UNIFORM_8x8 * 64 / 65), atol=1e-3)
+    assert torch.allclose(summary.heads["distance_px"], torch.full((7, 6), UNIFORM_8x8), atol=1e-3)
+    assert torch.allclose(summary.heads["entropy_nats"], torch.full((7, 6), math.log(65)), atol=1e-4)
+    assert torch.allclose(summary.heads["cls_share"], torch.full((7, 6), 1 / 65), atol=1e-6)
+    assert torch.allclose(summary.heads["distance_drop_px"], torch.full((7, 6), UNIFORM_8x8 * 64 / 65), atol=1e-3)
 
 
 def test_patch8_model_uses_the_4x4_grid(images: torch.Tensor) -> None:
     summary = analyse(tiny_vit(patch_size=8), images, batch_size=7, patch_px=8)
     assert summary.grid == 4 and summary.example.cls_maps.shape == (7, 6, 16)
-    assert summary.uniform_distance_px == pytest.approx(16.0641, abs=1e-4)
-    assert summary.uniform_entropy_nats == pytest.approx(math.log(17))
+    assert summary.uniform["distance_px"] == pytest.approx(16.0641, abs=1e-4)
+    assert summary.uniform["entropy_nats"] == pytest.approx(math.log(17))
 
 
 def test_example_image_maps_rollout_and_prediction(images: torch.Tensor) -> None:
@@ -133,5 +133,5 @@ def test_model_compiled_in_place_runs_eagerly(images: torch.Tensor) -> None:
     reference = analyse(model, images, batch_size=7, patch_px=4)
     model.compile(backend="eager")
     compiled = analyse(model, images, batch_size=7, patch_px=4)
-    assert torch.allclose(compiled.heads.distance_px, reference.heads.distance_px, atol=1e-5)
+    assert torch.allclose(compiled.heads["distance_px"], reference.heads["distance_px"], atol=1e-5)
     assert torch.allclose(compiled.example.rollout, reference.example.rollout, atol=1e-6)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vitladder.analysis.outputs import LAYERS_COLUMNS, read_csv, write_csv
+from vitladder.analysis.outputs import layers_columns, read_csv, write_csv
 from vitladder.config import get_rung, rung_names
 from vitladder.report.ladder_report import build_report, mean_ci, t_quantile_975
 from vitladder.report.wandb_run import log_report_to_wandb
@@ -33,7 +33,7 @@ def make_run(ladder: Path, rung: str, seed: int = 0, test_acc: float = 0.5, laye
         rows = [{"layer": l, "distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
                  "entropy_nats": entropy1 if l == 1 else 3.5, "cls_share": 0.05, "uniform_distance_px": uniform,
                  "uniform_entropy_nats": uniform_h, "distance_drop_px": 10.0} for l in range(7)]
-        write_csv(run / "analysis" / "layers.csv", LAYERS_COLUMNS, rows)
+        write_csv(run / "analysis" / "layers.csv", layers_columns(), rows)
     if finished:
         (run / "done.json").write_text(json.dumps({"rung": rung, "ladder": ladder.name, "seed": seed, "epochs": 1,
                                                    "test_acc": test_acc, "test_loss": 1.0, "val_acc": test_acc}))

@@ -78,14 +78,14 @@ def panel_reads(report) -> list[tuple[object, str, str]]:
 def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, wandb_run_reader) -> None:
     from wandb_workspaces.expr import expr_to_filters
 
-    from vitladder.report.wandb_workspace import RUNG_LINES, build_wandb_report
+    from vitladder.report.wandb_workspace import build_wandb_report, rung_lines
 
     report = build_wandb_report("vit-ladder", "an-entity", "smoke")
     rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
     report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
     reads = panel_reads(report)
     assert len(reads) >= 15 and len({id(runset) for runset, _, _ in reads}) == 2
-    assert {key for _, kind, key in reads if kind == "history"} >= {"epoch", "lr", *(y for _, y, _ in RUNG_LINES)}
+    assert {key for _, kind, key in reads if kind == "history"} >= {"epoch", "lr", *(y for _, y, _ in rung_lines())}
     for runset, kind, key in reads:
         # The run set selects exactly one of the two runs (by group and job type): the panel reads that one.
         (run,) = [r for r in (rung, report_run) if selects(expr_to_filters(runset.filters), r.run)]

@@ -85,4 +85,4 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
     assert sorted({row["epoch"] for row in tracking.history}) == [0, 1, 2]
     summary = tracking.summary
     assert summary is not None and summary.num_images == 16
-    assert torch.isfinite(summary.heads.distance_px).all() and (summary.heads.distance_px > 0).all()
+    assert torch.isfinite(summary.heads["distance_px"]).all() and (summary.heads["distance_px"] > 0).all()

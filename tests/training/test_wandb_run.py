@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-from vitladder.analysis.wandb_log import BY_LAYER_CHARTS
+from vitladder.analysis.wandb_log import by_layer_charts
 from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
@@ -66,7 +66,7 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     media = [key for row in history for key in row if key.startswith("analysis/")]
     assert media and all(f"{key.rsplit('.', 1)[0]}._type" in row for row in history for key in row
                          if key.startswith("analysis/")), "no one-point line panel"
-    for quantity in BY_LAYER_CHARTS:  # custom charts over the layers table
+    for quantity in by_layer_charts():  # custom charts over the layers table
         assert run.config[f"_wandb.visualize.analysis/{quantity}_by_layer"]["panel_type"] == "Vega2"
         assert summary[f"analysis/{quantity}_by_layer_table._type"] == "table-file"
 

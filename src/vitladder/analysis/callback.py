@@ -1,8 +1,8 @@
 """The Lightning callback that measures attention during and after training.
 
-- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): per-layer
-  distance and entropy over the first ``track_images`` validation images, logged as
-  ``track/layer{l}/distance_px`` and ``track/layer{l}/entropy_nats`` against ``epoch`` (epochs
+- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): the per-layer
+  values of the metrics shown in figures (``metrics.declared("figures")``: distance and entropy) over the
+  first ``track_images`` validation images, logged as ``track/layer{l}/<name>`` against ``epoch`` (epochs
   trained, 0 = initialisation) and kept as a history that travels in the checkpoint, so a resumed
   run keeps it.
 - After fitting: the full analysis of the final model over the first ``num_images`` test
@@ -24,6 +24,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import tracking_row, write_analysis
 from vitladder.analysis.summary import AttentionSummary, analyse
 from vitladder.analysis.wandb_log import log_analysis
@@ -38,7 +39,7 @@ def _network(pl_module: L.LightningModule) -> nn.Module:
 
 
 def track_key(layer: int, quantity: str) -> str:
-    """The logged name of a tracked quantity (distance_px or entropy_nats) of one layer."""
+    """The logged name of a tracked metric (its name: distance_px, entropy_nats, ...) of one layer."""
     return f"track/layer{layer}/{quantity}"
 
 
@@ -66,7 +67,7 @@ class AttentionAnalysis(L.Callback):
         self.track_images = int(track_images)
         self.enabled = bool(enabled)
         self.seed = int(seed)  # names the run in the W&B tables
-        self.history: list[dict] = []  # rows: epoch (epochs trained), layer, distance_px, entropy_nats
+        self.history: list[dict] = []  # rows in outputs.tracking_columns(): epoch (epochs trained), layer, metrics
         self.summary: AttentionSummary | None = None  # the final analysis, after fit
         self.files: dict[str, Path] = {}
         self.seconds: float | None = None  # how long the final analysis took
@@ -93,13 +94,15 @@ class AttentionAnalysis(L.Callback):
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
         """Measures the tracking batch, keeps the rows in the history; returns {track key: value}."""
         images = trainer.datamodule.val.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
-        layers = analyse(_network(pl_module), images, self.batch_size, self.patch_px, example_index=None).layers
+        summary = analyse(_network(pl_module), images, self.batch_size, self.patch_px, example_index=None)
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its rows
+        layers = summary.layers
+        values = {m.name: layers[m.name].tolist() for m in declared("figures")}  # name -> one value per layer
         metrics = {}
-        for l, (distance, entropy) in enumerate(zip(layers.distance_px.tolist(), layers.entropy_nats.tolist())):
-            self.history.append({"epoch": epochs_trained, "layer": l, "distance_px": distance, "entropy_nats": entropy})
-            metrics[track_key(l, "distance_px")] = distance
-            metrics[track_key(l, "entropy_nats")] = entropy
+        for l in range(summary.num_layers):
+            row = {name: per_layer[l] for name, per_layer in values.items()}
+            self.history.append({"epoch": epochs_trained, "layer": l, **row})
+            metrics.update({track_key(l, name): value for name, value in row.items()})
         return metrics
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
+from vitladder.analysis.metrics import declared
 from vitladder.analysis.summary import ExampleAttention, query_metrics
 from vitladder.analysis.synthetic_heads import EXPLAINER_GRID, EXPLAINER_PATCH, head_row
 from vitladder.atomic import atomic_path
@@ -57,8 +58,8 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
 
 
 @_plain_text
-def plot_heads(values: np.ndarray, uniform: float, ylabel: str, title: str, path: str | Path) -> Path:
-    """Per-head dots, the per-layer mean as a line and the uniform value dashed; ``values`` is (L, H)."""
+def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: str, path: str | Path) -> Path:
+    """Per-head dots, the per-layer mean as a line and the uniform value (if any) dashed; ``values`` is (L, H)."""
     values = np.asarray(values, dtype=float)  # (L, H)
     layers = np.arange(values.shape[0])
     fig = Figure(figsize=(6, 4))
@@ -67,8 +68,10 @@ def plot_heads(values: np.ndarray, uniform: float, ylabel: str, title: str, path
         ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
     ax.plot(layers, values.mean(axis=1), "o-", color="black", label="layer mean (6 heads)" if values.shape[1] == 6
             else "layer mean")
-    ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
-    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=layers, ylim=(0, 1.1 * max(values.max(), uniform)))
+    if uniform is not None:
+        ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
+    top = max(values.max(), uniform if uniform is not None else values.max())
+    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=layers, ylim=(0, 1.1 * top))
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
@@ -142,24 +145,28 @@ def _layer_colors(num_layers: int) -> list:
 
 
 @_plain_text
-def plot_tracking(history: Sequence[Mapping[str, float]], uniform_distance: float, uniform_entropy: float,
-                  title: str, path: str | Path) -> Path:
-    """Per-layer distance and entropy over training; ``history`` rows have epoch, layer, distance_px, entropy_nats."""
+def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str,
+                  path: str | Path) -> Path:
+    """Per-layer values over training, one panel per metric tracked (``declared("figures")``): ``history`` rows
+    have epoch, layer and each metric's name; ``uniform`` (metric name -> value) adds a dashed line."""
+    metrics = declared("figures")
     layers = sorted({int(r["layer"]) for r in history})
     colors = _layer_colors(len(layers))
-    fig = Figure(figsize=(10, 4))
-    axes = fig.subplots(1, 2)
-    for ax, key, uniform, ylabel in ((axes[0], "distance_px", uniform_distance, "mean attention distance (px)"),
-                                     (axes[1], "entropy_nats", uniform_entropy, "entropy (nats)")):
-        for color, layer in zip(colors, layers):
-            rows = sorted((r for r in history if int(r["layer"]) == layer), key=lambda r: r["epoch"])
+    fig = Figure(figsize=(5 * len(metrics), 4))
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        key = metric.name
+        for color, layer in zip(colors, layers):  # rows from before the metric was declared lack it
+            rows = sorted((r for r in history if int(r["layer"]) == layer and key in r), key=lambda r: r["epoch"])
             ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], "o-", ms=3, color=color, label=f"layer {layer}")
-        ax.axhline(uniform, ls="--", color="tab:red", label="uniform")
-        top = max([r[key] for r in history] + [uniform])
-        ax.set(xlabel="epochs trained (0: initialisation)", ylabel=ylabel, ylim=(0, 1.1 * top))
+        references = [uniform[key]] if key in uniform else []
+        if references:
+            ax.axhline(references[0], ls="--", color="tab:red", label="uniform")
+        top = max([r[key] for r in history if key in r] + references + [1e-9])
+        ax.set(xlabel="epochs trained (0: initialisation)", ylabel=metric.axis_label, ylim=(0, 1.1 * top))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, ncol=2)
+    axes[-1].legend(fontsize=7, ncol=2)
     fig.suptitle(title)
     return save_figure(fig, path)
 

@@ -11,11 +11,16 @@ of a square ``g x g`` grid in row-major order (patch ``i`` sits at row ``i // g`
 
 each per head, averaged over the batch and over the ``N`` patch queries (the CLS query
 row is left out). Layer values are the mean of a layer's heads; callers take that mean.
+
+``METRICS`` at the end declares each per-head metric once (function, name, unit, label); the CSVs,
+W&B keys, figures and the ladder report loop over it, so a new metric is one function and one entry.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -24,10 +29,14 @@ from torch import Tensor
 ClsConvention = Literal["renormalise", "drop"]
 
 __all__ = [
+    "METRICS",
     "ClsConvention",
+    "HeadMetric",
+    "Shown",
     "attention_entropy",
     "attention_rollout",
     "cls_share",
+    "declared",
     "grid_from_tokens",
     "mean_attention_distance",
     "patch_centers",
@@ -142,3 +151,57 @@ def uniform_distance(grid: int, patch_px: float) -> float:
 def uniform_entropy(num_tokens: int) -> float:
     """Entropy of uniform attention over ``num_tokens`` keys: ``ln T`` (nats)."""
     return math.log(num_tokens)
+
+
+# --- the per-head metrics, declared once -------------------------------------------------------
+
+Shown = Literal["csv", "wandb", "figures"]
+SHOWN = ("csv", "wandb", "figures")  # each level adds to the one before it
+
+
+@dataclass(frozen=True)
+class HeadMetric:
+    """One per-head metric: how it is computed, and the one name every output uses for it.
+
+    ``shown`` says how far it reaches, each level adding to the one before:
+    ``"csv"``: heads.csv and layers.csv (a variant kept for comparison);
+    ``"wandb"``: also the rung's W&B run (per-layer summary scalars, a by-layer chart) and the report
+    run's layers table;
+    ``"figures"``: also tracked during training (tracking.csv, ``track/`` keys, locality.png), a per-head
+    figure ``<short>.png`` per run, a layer-1 column of the ladder report and ``<short>_by_layer.png``.
+    """
+
+    name: str  # CSV column, W&B key and table column, with its unit: "distance_px"
+    fn: Callable[[Tensor, float], Tensor]  # (attention (B, H, T, T), patch px) -> per head (H,)
+    label: str  # what it measures, for axes and titles: "mean attention distance"
+    unit: str  # "px", "nats"; "" for a share
+    short: str  # one word for file names and titles: distance.png, "distance per head"
+    digits: int  # decimals in the report's table
+    shown: Shown = "figures"
+    uniform: Callable[[int, float], float] | None = None  # its value for uniform attention (grid, patch px)
+
+    @property
+    def axis_label(self) -> str:
+        """``label (unit)``, or the label alone for a unitless metric."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+def declared(at_least: Shown = "csv") -> tuple[HeadMetric, ...]:
+    """The metrics of METRICS shown at least as far as ``at_least``, in declaration order.
+
+    Read at call time, so every output sees the same list (a test may swap METRICS).
+    """
+    level = SHOWN.index(at_least)
+    return tuple(m for m in METRICS if SHOWN.index(m.shown) >= level)
+
+
+METRICS: tuple[HeadMetric, ...] = (
+    HeadMetric("distance_px", lambda attn, px: mean_attention_distance(attn, px, "renormalise"),
+               "mean attention distance", "px", "distance", digits=1, uniform=uniform_distance),
+    HeadMetric("entropy_nats", lambda attn, px: attention_entropy(attn), "entropy", "nats", "entropy", digits=2,
+               uniform=lambda grid, px: uniform_entropy(1 + grid * grid)),
+    HeadMetric("cls_share", lambda attn, px: cls_share(attn), "CLS share", "", "cls_share", digits=3, shown="wandb"),
+    # The convention of published code (CLS dropped, not renormalised), for comparison only.
+    HeadMetric("distance_drop_px", lambda attn, px: mean_attention_distance(attn, px, "drop"),
+               "mean attention distance, CLS dropped", "px", "distance_drop", digits=1, shown="csv"),
+)

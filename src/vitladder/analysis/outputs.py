@@ -12,31 +12,50 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from vitladder.analysis import figures
+from vitladder.analysis.metrics import declared
 from vitladder.analysis.summary import AttentionSummary
 from vitladder.atomic import write_text
 from vitladder.text import printable
 
 __all__ = [
-    "HEADS_COLUMNS",
-    "LAYERS_COLUMNS",
-    "TRACKING_COLUMNS",
+    "LEGACY_COLUMNS",
     "analysis_summary_for_done",
     "head_rows",
+    "heads_columns",
     "layer_rows",
+    "layers_columns",
     "read_analysis_csv",
     "read_csv",
+    "tracking_columns",
     "tracking_row",
     "write_analysis",
     "write_csv",
 ]
 
 HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
-# One name per quantity, the same in every CSV, W&B key and table: distance_px, entropy_nats, cls_share,
-# distance_drop_px (the names of AttentionSummary's METRICS).
-HEADS_COLUMNS = ("layer", "head", "distance_px", "entropy_nats", "cls_share", "distance_drop_px")
-LAYERS_COLUMNS = ("layer", "distance_px", "entropy_nats", "cls_share", "uniform_distance_px",
-                  "uniform_entropy_nats", "distance_drop_px")
-TRACKING_COLUMNS = ("epoch", "layer", "distance_px", "entropy_nats")  # epoch: epochs trained, 0 = initialisation
+
+# One name per quantity, the same in every CSV, W&B key and table: each metric's name in metrics.METRICS
+# (distance_px, entropy_nats, cls_share, distance_drop_px), and uniform_<name> for its uniform value.
+
+
+def heads_columns() -> tuple[str, ...]:
+    """heads.csv: layer, head, then every declared metric."""
+    return ("layer", "head", *(m.name for m in declared()))
+
+
+def layers_columns() -> tuple[str, ...]:
+    """layers.csv: layer, the metrics shown beyond the CSVs, the uniform values, then the CSV-only variants
+    (the order files of earlier versions have)."""
+    shown, csv_only = declared("wandb"), [m for m in declared() if m.shown == "csv"]
+    return ("layer", *(m.name for m in shown), *(f"uniform_{m.name}" for m in declared() if m.uniform),
+            *(m.name for m in csv_only))
+
+
+def tracking_columns() -> tuple[str, ...]:
+    """tracking.csv: epoch (epochs trained, 0 = initialisation), layer, then every metric tracked in training."""
+    return ("epoch", "layer", *(m.name for m in declared("figures")))
+
+
 # Column names of analysis folders written before the names were unified, read under today's names.
 LEGACY_COLUMNS = {"mean_distance_px": "distance_px", "mean_distance_drop_px": "distance_drop_px",
                   "distance": "distance_px", "entropy": "entropy_nats"}
@@ -48,27 +67,20 @@ def _num(value: float) -> float:
 
 
 def head_rows(summary: AttentionSummary) -> list[dict]:
-    """One row per head, layer-major: ``L * H`` rows in HEADS_COLUMNS."""
+    """One row per head, layer-major: ``L * H`` rows in heads_columns()."""
     heads = summary.heads
-    return [
-        {"layer": l, "head": h, "distance_px": _num(heads.distance_px[l, h]),
-         "entropy_nats": _num(heads.entropy_nats[l, h]), "cls_share": _num(heads.cls_share[l, h]),
-         "distance_drop_px": _num(heads.distance_drop_px[l, h])}
-        for l in range(summary.num_layers)
-        for h in range(summary.num_heads)
-    ]
+    return [{"layer": l, "head": h, **{name: _num(values[l, h]) for name, values in heads.items()}}
+            for l in range(summary.num_layers)
+            for h in range(summary.num_heads)]
 
 
 def layer_rows(summary: AttentionSummary) -> list[dict]:
-    """One row per layer (mean of its heads) in LAYERS_COLUMNS."""
+    """One row per layer (mean of its heads) in layers_columns()."""
     layers = summary.layers
-    return [
-        {"layer": l, "distance_px": _num(layers.distance_px[l]), "entropy_nats": _num(layers.entropy_nats[l]),
-         "cls_share": _num(layers.cls_share[l]), "uniform_distance_px": _num(summary.uniform_distance_px),
-         "uniform_entropy_nats": _num(summary.uniform_entropy_nats),
-         "distance_drop_px": _num(layers.distance_drop_px[l])}
-        for l in range(summary.num_layers)
-    ]
+    uniform = {f"uniform_{name}": _num(value) for name, value in summary.uniform.items()}
+    return [{key: l if key == "layer" else uniform[key] if key in uniform else _num(layers[key][l])
+             for key in layers_columns()}
+            for l in range(summary.num_layers)]
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
@@ -91,10 +103,11 @@ def read_analysis_csv(path: str | Path) -> list[dict[str, str]]:
 
 
 def tracking_row(row: Mapping) -> dict:
-    """A tracking history row (epoch, layer, distance_px, entropy_nats), older key names accepted."""
+    """A tracking history row in tracking_columns(), older key names accepted. A metric the row lacks (declared
+    after it was written: an empty cell in tracking.csv) is left out."""
     row = {LEGACY_COLUMNS.get(k, k): v for k, v in row.items()}
-    return {"epoch": int(row["epoch"]), "layer": int(row["layer"]), "distance_px": float(row["distance_px"]),
-            "entropy_nats": float(row["entropy_nats"])}
+    return {"epoch": int(row["epoch"]), "layer": int(row["layer"]),
+            **{m.name: float(row[m.name]) for m in declared("figures") if row.get(m.name) not in (None, "")}}
 
 
 def read_tracking(out_dir: str | Path) -> list[dict]:
@@ -104,16 +117,16 @@ def read_tracking(out_dir: str | Path) -> list[dict]:
 
 
 def analysis_summary_for_done(summary: AttentionSummary) -> dict:
-    """Headline numbers for done.json (named like the columns of the ladder's ladder.csv)."""
+    """Headline numbers for done.json (named like the columns of the ladder's ladder.csv): layer 1 of each
+    metric shown in figures, and its uniform value."""
     layers = summary.layers
     layer = 1 if summary.num_layers > 1 else 0
-    return {
-        "layer1_distance_px": _num(layers.distance_px[layer]),
-        "uniform_distance_px": _num(summary.uniform_distance_px),
-        "layer1_entropy_nats": _num(layers.entropy_nats[layer]),
-        "uniform_entropy_nats": _num(summary.uniform_entropy_nats),
-        "analysis_images": summary.num_images,
-    }
+    headline: dict = {}
+    for metric in declared("figures"):
+        headline[f"layer1_{metric.name}"] = _num(layers[metric.name][layer])
+        if metric.name in summary.uniform:
+            headline[f"uniform_{metric.name}"] = _num(summary.uniform[metric.name])
+    return {**headline, "analysis_images": summary.num_images}
 
 
 def write_analysis(
@@ -125,20 +138,19 @@ def write_analysis(
 ) -> dict[str, Path]:
     """Write the CSVs and figures of one run into ``out_dir``; returns {name: path}.
 
-    ``history`` (tracking rows: epoch, layer, distance_px, entropy_nats) adds tracking.csv and locality.png.
+    ``history`` (tracking rows in tracking_columns()) adds tracking.csv and locality.png.
     """
     out = Path(out_dir)
     where = f"{summary.num_images} test images"
     written = {
-        "heads": write_csv(out / HEADS_CSV, HEADS_COLUMNS, head_rows(summary)),
-        "layers": write_csv(out / LAYERS_CSV, LAYERS_COLUMNS, layer_rows(summary)),
-        "distance": figures.plot_heads(summary.heads.distance_px.numpy(), summary.uniform_distance_px,
-                                       "mean attention distance (px)", f"{rung}: distance per head ({where})",
-                                       out / "distance.png"),
-        "entropy": figures.plot_heads(summary.heads.entropy_nats.numpy(), summary.uniform_entropy_nats,
-                                      "entropy (nats)", f"{rung}: entropy per head ({where})", out / "entropy.png"),
-        "explainer": figures.plot_explainer(out / "explainer.png"),
+        "heads": write_csv(out / HEADS_CSV, heads_columns(), head_rows(summary)),
+        "layers": write_csv(out / LAYERS_CSV, layers_columns(), layer_rows(summary)),
     }
+    for metric in declared("figures"):  # <short>.png: every head of every layer
+        written[metric.short] = figures.plot_heads(
+            summary.heads[metric.name].numpy(), summary.uniform.get(metric.name), metric.axis_label,
+            f"{rung}: {metric.short} per head ({where})", out / f"{metric.short}.png")
+    written["explainer"] = figures.plot_explainer(out / "explainer.png")
     example = summary.example
     if example is not None:
         def name(index: int | None) -> str:  # a class-folder name: one short line of text in the title
@@ -151,8 +163,8 @@ def write_analysis(
         written["cls_attention"] = figures.plot_cls_attention(example, summary.grid, title, out / "cls_attention.png")
     if history:
         rows = [tracking_row(r) for r in history]
-        rounded = [{**r, "distance_px": _num(r["distance_px"]), "entropy_nats": _num(r["entropy_nats"])} for r in rows]
-        written["tracking"] = write_csv(out / TRACKING_CSV, TRACKING_COLUMNS, rounded)
-        written["locality"] = figures.plot_tracking(rows, summary.uniform_distance_px, summary.uniform_entropy_nats,
-                                                    f"{rung}: locality forming during training", out / "locality.png")
+        rounded = [{k: v if k in ("epoch", "layer") else _num(v) for k, v in r.items()} for r in rows]
+        written["tracking"] = write_csv(out / TRACKING_CSV, tracking_columns(), rounded)
+        written["locality"] = figures.plot_tracking(rows, summary.uniform, f"{rung}: locality forming during training",
+                                                    out / "locality.png")
     return written

@@ -1,4 +1,4 @@
-"""One model's attention, summarised: per-head distance, entropy and CLS share, plus one example image.
+"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``), plus one example image.
 
 ``analyse`` streams images through ``capture_attention`` batch by batch. Each layer's
 ``(B, H, T, T)`` map is reduced to per-head numbers inside the capture hook, so memory stays at
@@ -9,6 +9,7 @@ heads (DESIGN.md section 4).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,31 +17,22 @@ from torch import Tensor, nn
 
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.metrics import (
+    HeadMetric,
     attention_entropy,
     attention_rollout,
-    cls_share,
+    declared,
     grid_from_tokens,
     mean_attention_distance,
-    uniform_distance,
-    uniform_entropy,
 )
 from vitladder.data.augment import normalize
 
 __all__ = ["AttentionSummary", "ExampleAttention", "HeadStats", "analyse", "head_metrics", "query_metrics"]
 
-METRICS = ("distance_px", "entropy_nats", "cls_share", "distance_drop_px")
 
-
-def head_metrics(attn: Tensor, patch_px: float) -> Tensor:
-    """The four per-head numbers of one layer's ``(B, H, T, T)`` attention, ``(4, H)``, in METRICS order."""
-    return torch.stack(
-        [
-            mean_attention_distance(attn, patch_px, "renormalise"),
-            attention_entropy(attn),
-            cls_share(attn),
-            mean_attention_distance(attn, patch_px, "drop"),
-        ]
-    )  # (4, H)
+def head_metrics(attn: Tensor, patch_px: float, metrics: Sequence[HeadMetric] | None = None) -> Tensor:
+    """The per-head numbers of one layer's ``(B, H, T, T)`` attention, ``(M, H)``, in ``metrics`` order
+    (default: every declared metric)."""
+    return torch.stack([metric.fn(attn, patch_px) for metric in metrics or declared()])  # (M, H)
 
 
 def query_metrics(row: Tensor, grid: int, patch_px: float, query: int) -> tuple[float, float]:
@@ -57,18 +49,24 @@ def query_metrics(row: Tensor, grid: int, patch_px: float, query: int) -> tuple[
     return distance, entropy
 
 
-@dataclass(frozen=True)
-class HeadStats:
-    """Per-head numbers, each ``(L, H)`` (or ``(L,)`` for the layer means of ``layer_means``)."""
+@dataclass(frozen=True, eq=False)
+class HeadStats(Mapping[str, Tensor]):
+    """Per-head numbers by metric name (``declared()``), each ``(L, H)`` (or ``(L,)`` after ``layer_means``)."""
 
-    distance_px: Tensor  # mean attention distance, CLS renormalised away
-    entropy_nats: Tensor  # over all T keys
-    cls_share: Tensor  # A[q, 0] for patch queries
-    distance_drop_px: Tensor  # distance with CLS dropped without renormalising (published code)
+    by_name: Mapping[str, Tensor]
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.by_name)
+
+    def __len__(self) -> int:
+        return len(self.by_name)
 
     def layer_means(self) -> "HeadStats":
-        """Mean of each layer's heads, every field ``(L,)``."""
-        return HeadStats(*(getattr(self, name).mean(dim=-1) for name in METRICS))
+        """Mean of each layer's heads, every metric ``(L,)``."""
+        return HeadStats({name: value.mean(dim=-1) for name, value in self.items()})
 
 
 @dataclass(frozen=True)
@@ -90,8 +88,7 @@ class AttentionSummary:
     patch_px: int
     grid: int
     num_images: int
-    uniform_distance_px: float  # uniform attention over the grid (self included)
-    uniform_entropy_nats: float  # ln T
+    uniform: Mapping[str, float]  # metric name -> its value for uniform attention, where it declares one
     example: ExampleAttention | None = None
 
     @property
@@ -101,11 +98,11 @@ class AttentionSummary:
 
     @property
     def num_layers(self) -> int:
-        return self.heads.distance_px.shape[0]
+        return next(iter(self.heads.values())).shape[0]
 
     @property
     def num_heads(self) -> int:
-        return self.heads.distance_px.shape[1]
+        return next(iter(self.heads.values())).shape[1]
 
 
 def _inputs(model: nn.Module, images_u8: Tensor) -> Tensor:
@@ -144,13 +141,14 @@ def analyse(
     """
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
         raise ValueError(f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}")
-    total: Tensor | None = None  # (L, 4, H) batch-size-weighted sums
+    metrics = declared()
+    total: Tensor | None = None  # (L, M, H) batch-size-weighted sums
     num_tokens = 0
 
-    def reduce(attn: Tensor) -> Tensor:  # (B, H, T, T) -> (4, H), inside the capture hook
+    def reduce(attn: Tensor) -> Tensor:  # (B, H, T, T) -> (M, H), inside the capture hook
         nonlocal num_tokens
         num_tokens = attn.shape[-1]
-        return head_metrics(attn, patch_px)
+        return head_metrics(attn, patch_px, metrics)
 
     # No autograd; an in-place compiled model runs its hooks eagerly. (A `with`, not decorators: mutmut
     # leaves decorated functions alone, and `make mutation` must reach this one.)
@@ -158,21 +156,20 @@ def analyse(
         for start in range(0, len(images_u8), batch_size):
             batch = _inputs(model, images_u8[start : start + batch_size])  # (B, 3, H, W)
             _, per_layer = capture_attention(model, batch, reduce=reduce)
-            sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, 4, H)
+            sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
             total = sums if total is None else total + sums
         example = None
         if example_index is not None:
             example = _example(model, images_u8, labels, example_index)
     assert total is not None
-    mean = (total / len(images_u8)).float()  # (L, 4, H)
+    mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = grid_from_tokens(num_tokens)
     return AttentionSummary(
-        heads=HeadStats(*(mean[:, i] for i in range(len(METRICS)))),
+        heads=HeadStats({metric.name: mean[:, i] for i, metric in enumerate(metrics)}),
         patch_px=int(patch_px),
         grid=grid,
         num_images=len(images_u8),
-        uniform_distance_px=uniform_distance(grid, patch_px),
-        uniform_entropy_nats=uniform_entropy(num_tokens),
+        uniform={m.name: m.uniform(grid, patch_px) for m in metrics if m.uniform is not None},
         example=example,
     )
 

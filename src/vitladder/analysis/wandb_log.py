@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from vitladder.analysis.outputs import HEADS_COLUMNS, LAYERS_COLUMNS, head_rows, layer_rows
+from vitladder.analysis.metrics import declared
+from vitladder.analysis.outputs import head_rows, heads_columns, layer_rows, layers_columns
 from vitladder.analysis.summary import AttentionSummary
 from vitladder.config import rung_index
 
-__all__ = ["BY_LAYER_CHARTS", "analysis_summary_keys", "log_analysis", "log_reanalysis", "run_columns"]
+__all__ = ["analysis_summary_keys", "by_layer_charts", "log_analysis", "log_reanalysis", "run_columns"]
 
-# Custom charts (wandb.plot.line over the layers table), logged as analysis/<quantity>_by_layer.
-BY_LAYER_CHARTS = {"distance_px": "mean attention distance (px)", "entropy_nats": "entropy (nats)",
-                   "cls_share": "CLS share"}
 RUN_COLUMNS = ("rung", "rung_index", "seed")
 
 
@@ -27,14 +25,22 @@ def run_columns(rung: str, seed: int) -> dict:
     return {"rung": rung, "rung_index": rung_index(rung), "seed": int(seed)}
 
 
+def by_layer_charts() -> dict[str, str]:
+    """Custom charts (wandb.plot.line over the layers table), logged as analysis/<name>_by_layer: {name: title},
+    one per metric shown in W&B."""
+    return {m.name: m.axis_label for m in declared("wandb")}
+
+
 def analysis_summary_keys(summary: AttentionSummary) -> dict[str, float]:
-    """The run-summary scalars: per layer distance, entropy and CLS share, and the uniform references."""
+    """The run-summary scalars: per layer each metric shown in W&B, and their uniform values."""
+    shown = declared("wandb")
     scalars: dict[str, float] = {}
     for row in layer_rows(summary):
-        for key in ("distance_px", "entropy_nats", "cls_share"):
-            scalars[f"analysis/layer{row['layer']}/{key}"] = row[key]
-    scalars["analysis/uniform_distance_px"] = round(float(summary.uniform_distance_px), 6)
-    scalars["analysis/uniform_entropy_nats"] = round(float(summary.uniform_entropy_nats), 6)
+        for metric in shown:
+            scalars[f"analysis/layer{row['layer']}/{metric.name}"] = row[metric.name]
+    for metric in shown:
+        if metric.name in summary.uniform:
+            scalars[f"analysis/uniform_{metric.name}"] = round(float(summary.uniform[metric.name]), 6)
     scalars["analysis/images"] = summary.num_images
     return scalars
 
@@ -49,12 +55,13 @@ def log_analysis(run, summary: AttentionSummary, files: Mapping[str, Path], rung
     def table(columns: tuple[str, ...], rows: list[dict]) -> wandb.Table:
         return wandb.Table(columns=[*RUN_COLUMNS, *columns], data=[[*ident.values(), *r.values()] for r in rows])
 
-    layers = table(LAYERS_COLUMNS, layer_rows(summary))
+    layers = table(layers_columns(), layer_rows(summary))
     charts = {f"analysis/{key}_by_layer": wandb.plot.line(layers, "layer", key, title=f"{rung}: {title} by layer")
-              for key, title in BY_LAYER_CHARTS.items()}
+              for key, title in by_layer_charts().items()}
     images = {f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in files.items()
               if Path(path).suffix == ".png"}
-    run.log({"analysis/heads": table(HEADS_COLUMNS, head_rows(summary)), "analysis/layers": layers, **charts, **images})
+    run.log({"analysis/heads": table(heads_columns(), head_rows(summary)), "analysis/layers": layers, **charts,
+             **images})
     run.summary.update(analysis_summary_keys(summary))
 
 

@@ -2,37 +2,62 @@
 
 ``build_report(ladder_dir)`` reads ``<ladder>/<rung>/`` and ``<ladder>/<rung>-seed<k>/`` folders that
 hold a ``done.json`` (and, once analysed, ``analysis/layers.csv``) and writes into ``ladder_dir``:
-``report.md``, ``ladder.csv``, ``distance_by_layer.png``, ``entropy_by_layer.png`` and
-``explainer.png``. With several seeds per rung the numbers are means with a 95% Student-t
-interval. ``report.wandb_run.log_report_to_wandb`` puts the same tables and charts in the ladder's
-one W&B report run.
+``report.md``, ``ladder.csv``, ``<short>_by_layer.png`` for each metric shown in figures
+(``distance_by_layer.png``, ``entropy_by_layer.png``) and ``explainer.png``. With several seeds per
+rung the numbers are means with a 95% Student-t interval. ``report.wandb_run.log_report_to_wandb`` puts
+the same tables and charts in the ladder's one W&B report run.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from vitladder.analysis.figures import plot_explainer, plot_layer_lines
+from vitladder.analysis.metrics import HeadMetric, declared
 from vitladder.analysis.outputs import read_analysis_csv, write_csv
 from vitladder.atomic import write_text
 from vitladder.config import get_rung, rung_names
+from vitladder.config_schema import ReferenceFigures
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
-__all__ = ["LADDER_COLUMNS", "RungResult", "build_report", "collect", "mean_ci", "t_quantile_975"]
+__all__ = ["RungResult", "build_report", "ci_columns", "collect", "figures", "has_reference", "ladder_columns",
+           "mean_ci", "t_quantile_975"]
 
-LADDER_COLUMNS = ("rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
-CI_COLUMNS = ("n_seeds", "test_acc_ci95", "layer1_distance_px_ci95", "layer1_entropy_nats_ci95")
-FIGURES = ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png")
+
+
+
+def has_reference(metric: HeadMetric) -> bool:
+    """Whether the article gives layer-1 figures of ``metric`` (read against its uniform value): a field of
+    a rung's reference figures (config_schema.ReferenceFigures)."""
+    return f"layer1_{metric.name}" in {figure.name for figure in fields(ReferenceFigures)}
+
+
+def ladder_columns() -> tuple[str, ...]:
+    """ladder.csv: rung, test_acc, then layer 1 of each metric shown in figures (done.json's names), with its
+    uniform value beside it where the article has figures to compare."""
+    columns = ["rung", "test_acc"]
+    for metric in declared("figures"):
+        columns += [f"layer1_{metric.name}"] + ([f"uniform_{metric.name}"] if has_reference(metric) else [])
+    return tuple(columns)
+
+
+def ci_columns() -> tuple[str, ...]:
+    """ladder.csv's columns added with several seeds: the seed count and each value's 95% half-width."""
+    return ("n_seeds", *(f"{key}_ci95" for key in ladder_columns()[1:] if not key.startswith("uniform_")))
+
+
+def figures() -> tuple[str, ...]:
+    """The report's PNGs: each metric shown in figures per layer, one line per rung; the explainer."""
+    return (*(f"{m.short}_by_layer.png" for m in declared("figures")), "explainer.png")
+
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
 _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
          2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
          2.0518, 2.0484, 2.0452, 2.0423)
-_LAYERS_KEY = {"layer1_distance_px": "distance_px", "layer1_entropy_nats": "entropy_nats",
-               "uniform_distance_px": "uniform_distance_px"}  # ladder.csv column -> layers.csv column
 
 
 def t_quantile_975(df: int) -> float:
@@ -76,17 +101,19 @@ class RungResult:
 
     def values(self, key: str) -> list[float]:
         """One value per seed of a ladder.csv column: layer 1 of layers.csv, else done.json."""
+        column = key.removeprefix("layer1_")  # ladder.csv's layer1_<name> is layers.csv's <name>
         out = []
         for run in self.runs:
             layer1 = next((r for r in run.layers if int(r["layer"]) == 1), None)
-            value = layer1[_LAYERS_KEY[key]] if layer1 is not None and key in _LAYERS_KEY else run.done.get(key)
+            value = layer1[column] if layer1 is not None and column in layer1 else run.done.get(key)
             if value is not None:
                 out.append(float(value))
         return out
 
     def by_layer(self, key: str) -> list[float]:
-        """The per-layer mean over seeds of a layers.csv column (empty when not analysed)."""
-        per_seed = [[float(r[key]) for r in run.layers] for run in self.runs if run.layers]
+        """The per-layer mean over seeds of a layers.csv column (empty when not analysed, or written before the
+        column's metric was declared)."""
+        per_seed = [[float(r[key]) for r in run.layers] for run in self.runs if run.layers and key in run.layers[0]]
         return [sum(col) / len(col) for col in zip(*per_seed)] if per_seed else []
 
 
@@ -122,11 +149,11 @@ def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
     rows = []
     for result in results:
         row: dict = {"rung": result.rung}
-        for key in LADDER_COLUMNS[1:]:
+        for key in ladder_columns()[1:]:
             values = result.values(key)
             mean, half = mean_ci(values) if values else (None, None)
             row[key] = "" if mean is None else round(mean, 6)
-            if with_ci and key != "uniform_distance_px":
+            if with_ci and not key.startswith("uniform_"):
                 row[f"{key}_ci95"] = "" if half is None else round(half, 6)
         if with_ci:
             row["n_seeds"] = len(result.runs)
@@ -161,36 +188,59 @@ def _setup_line(results: list[RungResult]) -> str:
     return line
 
 
+def _unit(metric: HeadMetric) -> str:
+    return f" ({metric.unit})" if metric.unit else ""
+
+
+def _metric_header() -> list[str]:
+    """The table's columns for each metric shown in figures: layer 1, and the reference and uniform value where
+    the article has figures."""
+    header = []
+    for metric in declared("figures"):
+        header.append(f"layer-1 {metric.short}{_unit(metric)}")
+        header += ["ref.", f"uniform{_unit(metric)}"] if has_reference(metric) else []
+    return header
+
+
+def _metric_cells(result: RungResult | None, ref: dict) -> list[str]:
+    """A rung's cells under _metric_header(): mean (± CI) over its seeds, ``—`` when not finished."""
+    cells = []
+    for metric in declared("figures"):
+        layer1, uniform = f"layer1_{metric.name}", f"uniform_{metric.name}"
+        cells.append(_fmt(result.values(layer1), digits=metric.digits) if result else "—")
+        if has_reference(metric):
+            cells.append(f"{ref[layer1]} ({ref[uniform]})" if layer1 in ref else "—")
+            cells.append(_fmt(result.values(uniform), digits=metric.digits, ci=False) if result else "—")
+    return cells
+
+
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
     several = any(len(r.runs) > 1 for r in results)
+    header = ["rung", "adds", "test acc.", "ref.", *_metric_header(), "seeds", "figures"]
     lines = [f"# Ladder report: `{ladder_dir.name}`", "", _setup_line(results), "",
              "Project figures beside the reference (one seed of a GPU run)"
              + (", as mean ± 95% CI (Student t) over seeds." if several else "."), "",
-             "| rung | adds | test acc. | ref. | layer-1 distance (px) | ref. | uniform (px) | layer-1 entropy (nats)"
-             " | seeds | figures |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rung in rung_names():
         info, result = get_rung(rung), by_rung.get(rung)
-        ref = info.reference  # the article's figures, the uniform distance in brackets; a new rung has none
-        ref_acc = f"{ref['test_acc']:.1%}" if ref else "—"
-        ref_distance = f"{ref['layer1_distance_px']} ({ref['uniform_distance_px']})" if ref else "—"
+        ref = info.reference  # the article's figures; {} for a rung it did not train
+        ref_acc = f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—"
         if result is None:
-            lines.append(f"| `{rung}` | {info.description} | — | {ref_acc} | — | {ref_distance} | — | — | 0 "
-                         "| not finished |")
+            lines.append(f"| `{rung}` | {info.description} | — | {ref_acc} | "
+                         + " | ".join(_metric_cells(None, ref)) + " | 0 | not finished |")
             continue
         links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
         lines.append(
             f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
-            f"{_fmt(result.values('layer1_distance_px'))} | {ref_distance} | "
-            f"{_fmt(result.values('uniform_distance_px'), ci=False)} | {_fmt(result.values('layer1_entropy_nats'), digits=2)} | "
-            f"{len(result.runs)} | {links} |")
+            + " | ".join(_metric_cells(result, ref)) + f" | {len(result.runs)} | {links} |")
+    per_layer = [line for m in declared("figures") for line in (f"![{m.short} per layer]({m.short}_by_layer.png)", "")]
+    per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
     lines += ["", "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "
               "uniform attention is ln 65 = 4.17 nats (patch 4) or ln 17 = 2.83 nats (patch 8).", "",
-              "## Figures", "",
-              "![distance per layer](distance_by_layer.png)", "", "![entropy per layer](entropy_by_layer.png)", "",
+              "## Figures", "", *per_layer,
               "![three made-up heads](explainer.png)", "",
-              "Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, `distance.png`, `entropy.png`, "
+              f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}"
               "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).", ""]
     demos = sorted(ladder_dir.glob("*/demo/index.html"))
     if demos:
@@ -199,24 +249,30 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def _grid(result: RungResult) -> int | None:
+    """The rung's patch grid side, from the uniform entropy ln T of its layers.csv (T = 1 + g*g)."""
+    uniform_entropy = result.by_layer("uniform_entropy_nats")
+    return math.isqrt(round(math.exp(uniform_entropy[0])) - 1) if uniform_entropy else None
+
+
 def build_report(ladder_dir: str | Path) -> Path:
     """Write report.md, ladder.csv and the charts for the finished rungs of ``ladder_dir``; returns report.md."""
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     several = any(len(r.runs) > 1 for r in results)
-    columns = LADDER_COLUMNS + (CI_COLUMNS if several else ())
+    columns = ladder_columns() + (ci_columns() if several else ())
     write_csv(ladder_dir / "ladder.csv", columns, _csv_rows(results, several))
-    for key, name, ylabel in (("distance_px", "distance_by_layer.png", "mean attention distance (px)"),
-                              ("entropy_nats", "entropy_by_layer.png", "entropy (nats)")):
-        series = {r.rung: r.by_layer(key) for r in results if r.by_layer(key)}
-        uniform_key = "uniform_distance_px" if key == "distance_px" else "uniform_entropy_nats"
+    for metric in declared("figures"):  # <short>_by_layer.png: one line per rung, the uniform values dashed
+        series = {r.rung: r.by_layer(metric.name) for r in results if r.by_layer(metric.name)}
         refs = {}
         for r in results:
-            if r.by_layer(uniform_key):
-                grid = math.isqrt(round(math.exp(r.by_layer("uniform_entropy_nats")[0])) - 1)  # ln T, T = 1 + g*g
-                refs[f"uniform, {grid}x{grid} grid ({r.by_layer(uniform_key)[0]:.2f})"] = r.by_layer(uniform_key)[0]
-        plot_layer_lines(series, refs, ylabel, f"{ladder_dir.name}: {ylabel.split(' (')[0]} per layer, every rung",
-                         ladder_dir / name)
+            uniform = r.by_layer(f"uniform_{metric.name}")
+            if uniform:
+                grid = _grid(r)
+                where = f", {grid}x{grid} grid" if grid else ""
+                refs[f"uniform{where} ({uniform[0]:.2f})"] = uniform[0]
+        plot_layer_lines(series, refs, metric.axis_label, f"{ladder_dir.name}: {metric.label} per layer, every rung",
+                         ladder_dir / f"{metric.short}_by_layer.png")
     plot_explainer(ladder_dir / "explainer.png")
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))

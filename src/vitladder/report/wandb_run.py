@@ -12,23 +12,29 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from vitladder.analysis.metrics import declared
 from vitladder.config import get_rung, rung_index, rung_names
 from vitladder.config_schema import ReferenceFigures
-from vitladder.report.ladder_report import FIGURES, LADDER_COLUMNS, RungResult, collect, mean_ci
+from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci
+from vitladder.report.ladder_report import ladder_columns as csv_columns
 from vitladder.run_folder import RunPaths
 
-__all__ = ["CHARTS", "log_report_to_wandb", "report_tables", "rung_artifacts"]
+__all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_artifacts"]
 
 PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
-# Custom charts: key -> (table, x, y, stroke, title). wandb.plot.line stores each table as "<key>_table".
-CHARTS = {
-    "report/test_acc_by_rung": ("test_acc_by_rung", "rung_index", "test_acc", "series",
-                                "test accuracy by rung (rung_index: 0 = the first rung)"),
-    "report/layer1_distance_by_rung": ("layer1_distance_by_rung", "rung_index", "layer1_distance_px", "series",
-                                       "layer-1 mean attention distance (px) by rung"),
-    "report/distance_px_by_layer": ("layers", "layer", "distance_px", "rung", "mean attention distance (px) by layer"),
-    "report/entropy_nats_by_layer": ("layers", "layer", "entropy_nats", "rung", "entropy (nats) by layer"),
-}
+
+
+def charts() -> dict[str, tuple[str, str, str, str, str]]:
+    """Custom charts: key -> (table, x, y, stroke, title); wandb.plot.line stores each table as "<key>_table".
+    Test accuracy and layer-1 distance by rung beside the reference, and each metric shown in figures by layer."""
+    return {
+        "report/test_acc_by_rung": ("test_acc_by_rung", "rung_index", "test_acc", "series",
+                                    "test accuracy by rung (rung_index: 0 = the first rung)"),
+        "report/layer1_distance_by_rung": ("layer1_distance_by_rung", "rung_index", "layer1_distance_px", "series",
+                                           "layer-1 mean attention distance (px) by rung"),
+        **{f"report/{m.name}_by_layer": ("layers", "layer", m.name, "rung", f"{m.axis_label} by layer")
+           for m in declared("figures")},
+    }
 
 
 def _seeds(result: RungResult) -> str:
@@ -59,7 +65,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     """{table name: (columns, rows)}: ladder (per rung, every rung of the ladder, with the reference),
     runs (per run), layers (per rung and layer, mean over seeds) and the long tables of the by-rung charts."""
     by_rung = {r.rung: r for r in results}
-    stats = ("test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats")
+    stats = csv_columns()[1:]
     ladder_columns = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
     referenced = {f.name for f in fields(ReferenceFigures)}
     for key in stats:
@@ -74,16 +80,21 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
             row += [info.reference.get(key)] if key in referenced else []
         ladder.append(row)
 
-    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *LADDER_COLUMNS[2:]]
+    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *csv_columns()[2:]]
     runs = [[r.rung, rung_index(r.rung), run.seed, run.done.get("test_acc"), run.done.get("val_acc"),
              *(RungResult(r.rung, [run]).values(key)[0] if RungResult(r.rung, [run]).values(key) else None
-               for key in LADDER_COLUMNS[2:])]
+               for key in csv_columns()[2:])]
             for r in results for run in r.runs]
 
-    layers_columns = ["rung", "rung_index", "seeds", "layer", "distance_px", "entropy_nats", "cls_share"]
-    layers = [[r.rung, rung_index(r.rung), _seeds(r), layer, *values]
-              for r in results if r.by_layer("distance_px")
-              for layer, values in enumerate(zip(*(r.by_layer(k) for k in layers_columns[4:])))]
+    shown = [m.name for m in declared("wandb")]
+    layers_columns = ["rung", "rung_index", "seeds", "layer", *shown]
+    layers = []
+    for r in results:
+        per_layer = {name: r.by_layer(name) for name in shown}  # a metric declared after the run: None
+        num_layers = max(map(len, per_layer.values()), default=0)
+        layers += [[r.rung, rung_index(r.rung), _seeds(r), layer,
+                    *(values[layer] if values else None for values in per_layer.values())]
+                   for layer in range(num_layers)]
 
     by_rung_columns = ["rung", "rung_index", "seeds", "series"]
     test_acc = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "test_acc")]
@@ -146,16 +157,16 @@ def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, grou
         rows_of = report_tables(results)
         tables = {name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in rows_of.items()}
         payload: dict = {f"report/{name}": tables[name] for name in ("ladder", "runs", "layers")}
-        for key, (table, x, y, stroke, title) in CHARTS.items():
+        for key, (table, x, y, stroke, title) in charts().items():
             payload[key] = wandb.plot.line(tables[table], x, y, stroke=stroke, title=title)
-        payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in FIGURES})
+        payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures()})
         run.log(payload)
         columns, ladder = rows_of["ladder"]
         run.summary.update({f"report/{row[0]}/{key}": row[columns.index(key)] for row in ladder
-                            for key in LADDER_COLUMNS[1:] if row[columns.index(key)] is not None})
+                            for key in csv_columns()[1:] if row[columns.index(key)] is not None})
         artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report",
                                   metadata={"ladder": group, "rungs": [r.rung for r in results]})
-        for name in ("report.md", "ladder.csv", *FIGURES):
+        for name in ("report.md", "ladder.csv", *figures()):
             artifact.add_file(str(ladder_dir / name), name=name)
         run.log_artifact(artifact, aliases=["latest"])
         return run.id

@@ -9,18 +9,21 @@ error across seeds.
 
 from __future__ import annotations
 
-from vitladder.report.wandb_run import CHARTS
+from vitladder.analysis.metrics import declared
+from vitladder.report.wandb_run import charts
 
-__all__ = ["RUNG_LINES", "build_wandb_report"]
+__all__ = ["build_wandb_report", "rung_lines"]
 
-# (x, y, title) of the line plots over the rung runs, one line per rung.
-RUNG_LINES = (
-    ("epoch", "val/acc", "validation accuracy"),
-    ("epoch", "train/loss", "training loss"),
-    ("epoch", "track/layer1/distance_px", "layer-1 mean attention distance (px) during training (0 = initialisation)"),
-    ("epoch", "track/layer1/entropy_nats", "layer-1 attention entropy (nats) during training"),
-    ("trainer/global_step", "lr", "learning rate per optimizer step"),
-)
+
+def rung_lines() -> tuple[tuple[str, str, str], ...]:
+    """(x, y, title) of the line plots over the rung runs, one line per rung: accuracy, loss, layer 1 of each
+    metric tracked in training, the learning rate."""
+    tracked = tuple(("epoch", f"track/layer1/{m.name}", f"layer-1 {m.axis_label} during training (0 = initialisation)")
+                    for m in declared("figures"))
+    return (("epoch", "val/acc", "validation accuracy"), ("epoch", "train/loss", "training loss"), *tracked,
+            ("trainer/global_step", "lr", "learning rate per optimizer step"))
+
+
 READING = (
     "Every number comes from the runs of this ladder. **The ladder beside the article**: the report run's "
     "table (project and reference figures side by side; with several seeds, mean and 95% CI) and charts by "
@@ -48,10 +51,10 @@ def build_wandb_report(project: str, entity: str, ladder: str):
                            filters=f"Group = '{quoted}' and JobType = 'report'")
     wide, half = wr.Layout(w=24, h=10), wr.Layout(w=12, h=8)
     ladder_panels = [wr.WeavePanelSummaryTable(table_name="report/ladder", layout=wide)]
-    ladder_panels += [_chart(key, title, x, y, stroke) for key, (_, x, y, stroke, title) in CHARTS.items()]
+    ladder_panels += [_chart(key, title, x, y, stroke) for key, (_, x, y, stroke, title) in charts().items()]
     ladder_panels += [wr.WeavePanelSummaryTable(table_name="report/runs", layout=wide)]
     rung_panels = [wr.LinePlot(title=title, x=x, y=[y], groupby=wr.Config("rung"), groupby_aggfunc="mean",
-                               groupby_rangefunc="stderr", layout=half) for x, y, title in RUNG_LINES]
+                               groupby_rangefunc="stderr", layout=half) for x, y, title in rung_lines()]
     rung_panels += [wr.WeavePanelSummaryTable(table_name="analysis/heads", layout=wide)]
     return wr.Report(
         project=project, entity=entity, title=f"vit-ladder: {ladder}"[:128],
