@@ -120,8 +120,10 @@ def test_a_finished_rung_is_skipped_untouched(tiny_cfg):
 def test_the_smoke_model_learns_synthetic_data(tmp_path):
     from vitladder.config import compose_rung
 
+    # 4 epochs on 2,000 images of a set generated at that size (not 10,000): val acc 0.968 (seed 0), 0.940 (seed 1).
     cfg = compose_rung("warmup", ["profile=smoke", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
-                                  "profile.epoch_scale=0.06", "data.train_subset=4000"])
+                                  "profile.epoch_scale=0.04", "data.train_subset=2000", "data.num_train=2500",
+                                  "data.num_test=500"])
     summary = train_rung(cfg)
     assert summary["val_acc"] > 0.90, summary
 
@@ -130,14 +132,17 @@ def test_the_smoke_model_learns_synthetic_data(tmp_path):
 def test_a_short_run_on_real_cifar10_clearly_beats_chance(tmp_path, cifar10_archive, cifar10_cache_dir):
     from vitladder.config import compose_rung
 
+    # The warmup rung's recipe (5 epochs) at width 96 on 8x8 patches (17 tokens, not 65: a quarter of the cost per
+    # image) and 5,000 training images: measured test acc 0.297 (seeds 0 and 1).
     cfg = compose_rung("warmup", [
         "profile=smoke", "data=imagefolder", f"data.root={cifar10_archive}", f"data.cache_dir={cifar10_cache_dir}",
-        "data.train_subset=10000", "data.test_subset=2000", "data.val_size=1000", "model.embed_dim=96",
-        "profile.epoch_scale=0.05", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
+        "data.train_subset=5000", "data.test_subset=1000", "data.val_size=1000", "model.embed_dim=96",
+        "model.patch_size=8", "profile.epoch_scale=0.05", f"output_root={tmp_path}",
+        "trainer.enable_progress_bar=false",
     ])
     summary = train_rung(cfg)
     print(f"real CIFAR-10 subset: test acc {summary['test_acc']:.3f} in {summary['seconds']} s")
-    assert summary["test_acc"] > 0.25, summary  # chance is 0.10; 2,000 test images: +-1%
+    assert summary["test_acc"] > 0.20, summary  # chance is 0.10 (+-0.01 on 1,000 test images): twice chance
 
 
 def test_a_batch_larger_than_the_training_split_is_refused_before_the_run_folder_exists(tiny_cfg):
