@@ -33,7 +33,7 @@ CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check clean-venv
+.PHONY: help ladder test lint format mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,8 +79,16 @@ gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark
 	PYTHONPATH=src:gpu/site $(GPU_PYTHON) scripts/gpu_check.py --budget $(strip $(BUDGET)) \
 		$(if $(strip $(GPU_OUT)),--out $(strip $(GPU_OUT))) $(ARGS)
 
-test: $(STAMP)  ## run the test suite
+test: lint  ## check the style, then run the test suite
 	$(PY) -m pytest -q
+
+lint: $(STAMP)  ## ruff: lint and formatting, as configured in pyproject.toml (part of make test)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)  ## apply ruff's fixes and formatting to the whole tree
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 $(MUTATION_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'

@@ -25,12 +25,17 @@ from vitladder.cli import reports_user_errors
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="a run folder, a model.pt or a Lightning .ckpt")
-    parser.add_argument("--images", type=int, default=None, help="the first N test images (default: analysis.num_images)")
+    parser.add_argument(
+        "--images", type=int, default=None, help="the first N test images (default: analysis.num_images)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <run>/analysis)")
     parser.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu or cuda (default: cuda if present)")
-    parser.add_argument("--wandb-mode", default=None,
-                        help="auto, online, offline or disabled (default: the run's wandb.mode; WANDB_MODE wins)")
+    parser.add_argument(
+        "--wandb-mode",
+        default=None,
+        help="auto, online, offline or disabled (default: the run's wandb.mode; WANDB_MODE wins)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.root=PATH")
     args = parser.parse_args(argv)
 
@@ -56,17 +61,24 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         out = meta.path.parent / f"{meta.path.stem}-analysis"
     started = time.perf_counter()
-    summary = analyse(model.to(args.device), images[:n], args.batch_size or int(cfg.analysis.batch_size),
-                      int(meta.vit_config.patch_size), labels=labels[:n],
-                      example_index=min(int(cfg.analysis.example_image), n - 1))
+    summary = analyse(
+        model.to(args.device),
+        images[:n],
+        args.batch_size or int(cfg.analysis.batch_size),
+        int(meta.vit_config.patch_size),
+        labels=labels[:n],
+        example_index=min(int(cfg.analysis.example_image), n - 1),
+    )
     history = meta.history or read_tracking(out)
     files = write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
     run_id = None
     if meta.run_dir is not None and out.resolve() == RunPaths(meta.run_dir).analysis.resolve():
         run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
-    print(f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
-          f"layer-1 distance {summary.layers['distance_px'][min(1, summary.num_layers - 1)]:.1f} px "
-          f"(uniform {summary.uniform['distance_px']:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else ""))
+    print(
+        f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
+        f"layer-1 distance {summary.layers['distance_px'][min(1, summary.num_layers - 1)]:.1f} px "
+        f"(uniform {summary.uniform['distance_px']:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else "")
+    )
     return out
 
 

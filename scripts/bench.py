@@ -20,8 +20,12 @@ from vitladder.errors import UserError
 @reports_user_errors
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--width", choices=("tiny", "full", "both"), default=None,
-                        help="model width: tiny (48), full (384) or both (default: both on the CPU, full on CUDA)")
+    parser.add_argument(
+        "--width",
+        choices=("tiny", "full", "both"),
+        default=None,
+        help="model width: tiny (48), full (384) or both (default: both on the CPU, full on CUDA)",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench.json"), help="JSON with every figure")
     parser.add_argument("--batch-size", type=int, default=None, help="images per step (default: per width and device)")
@@ -30,8 +34,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds; medians are reported")
     parser.add_argument("--analysis-images", type=int, default=None, help="images analysed (default: 1000)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model in both loops")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice); 1 steadies figures on a shared machine")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice); 1 steadies figures on a shared machine",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -46,9 +54,17 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError("--device cuda: no CUDA device is visible")
     width = args.width or ("both" if device == "cpu" else "full")
     widths = ["tiny", "full"] if width == "both" else [width]
-    overrides = {k: v for k, v in (("batch_size", args.batch_size), ("steps", args.steps),
-                                   ("warmup", args.warmup), ("rounds", args.rounds),
-                                   ("analysis_images", args.analysis_images)) if v is not None}
+    overrides = {
+        k: v
+        for k, v in (
+            ("batch_size", args.batch_size),
+            ("steps", args.steps),
+            ("warmup", args.warmup),
+            ("rounds", args.rounds),
+            ("analysis_images", args.analysis_images),
+        )
+        if v is not None
+    }
     if args.compile:
         overrides["compile"] = True
     for name in ("lightning.pytorch", "lightning.fabric"):  # one fit per round: keep the banner out of the table

@@ -21,8 +21,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ARCHIVE = REPO / "gpu" / "data" / "cifar10-jpeg.tar.xz"  # where `make gpu-wheels` copies it
 # Imported by the check; those the GPU machine lacks travel as wheels (gpu/requirements.txt).
-NEEDED = {"torch": "torch", "lightning": "lightning", "timm": "timm", "torchmetrics": "torchmetrics",
-          "matplotlib": "matplotlib", "hydra": "hydra-core", "omegaconf": "omegaconf"}
+NEEDED = {
+    "torch": "torch",
+    "lightning": "lightning",
+    "timm": "timm",
+    "torchmetrics": "torchmetrics",
+    "matplotlib": "matplotlib",
+    "hydra": "hydra-core",
+    "omegaconf": "omegaconf",
+}
 
 
 def fail(message: str) -> None:
@@ -42,17 +49,19 @@ def guard_wandb() -> None:
     try:
         import wandb  # noqa: F401
     except Exception as error:  # noqa: BLE001 - any failure means the same: go on without W&B
-        print(f"warning: wandb does not import here ({type(error).__name__}: {error}); the check runs without it",
-              file=sys.stderr)
+        print(
+            f"warning: wandb does not import here ({type(error).__name__}: {error}); the check runs without it",
+            file=sys.stderr,
+        )
         sys.modules["wandb"] = None  # a later `import wandb` raises ImportError
 
 
 def version_warnings() -> list[str]:
     """Installed versions outside pyproject.toml's ranges (a warning: the check records what it ran on)."""
     try:
-        import tomllib
         from importlib.metadata import PackageNotFoundError, version
 
+        import tomllib
         from packaging.requirements import Requirement
     except ImportError:  # Python 3.10, or no packaging: nothing to compare with
         return []
@@ -70,13 +79,18 @@ def version_warnings() -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds for the whole check (default: 480; 150 with --smoke)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="a new or empty folder (default: outputs/gpu-check/<date-time>)")
-    parser.add_argument("--data", default=None,
-                        help=f"CIFAR-10 as a folder or .tar(.xz) archive of train/ and test/, or 'synthetic' "
-                             f"(default: {DEFAULT_ARCHIVE.relative_to(REPO)}; synthetic with --smoke when absent)")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds for the whole check (default: 480; 150 with --smoke)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="a new or empty folder (default: outputs/gpu-check/<date-time>)"
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help=f"CIFAR-10 as a folder or .tar(.xz) archive of train/ and test/, or 'synthetic' "
+        f"(default: {DEFAULT_ARCHIVE.relative_to(REPO)}; synthetic with --smoke when absent)",
+    )
     parser.add_argument("--smoke", action="store_true", help="the CPU rehearsal: the smoke profile's width and data")
     parser.add_argument("--settings", default="eager,compiled", help="benchmarked settings: eager, compiled or both")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every config, e.g. analysis.num_images=500")
@@ -84,8 +98,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     missing = missing_packages()
     if missing:
-        fail(f"{', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
-             "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)")
+        fail(
+            f"{', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
+            "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)"
+        )
 
     guard_wandb()
     from vitladder.cli import reports_user_errors
@@ -104,8 +120,10 @@ def run(args: argparse.Namespace) -> dict:
     if data is None:
         data = str(DEFAULT_ARCHIVE) if DEFAULT_ARCHIVE.exists() or not args.smoke else "synthetic"
     if data != "synthetic" and not Path(data).exists():
-        raise UserError(f"no CIFAR-10 at {data}: run `make gpu-wheels` where the data is (it copies "
-                        "../shared/data/cifar10-jpeg.tar.xz into gpu/data/), or pass --data PATH")
+        raise UserError(
+            f"no CIFAR-10 at {data}: run `make gpu-wheels` where the data is (it copies "
+            "../shared/data/cifar10-jpeg.tar.xz into gpu/data/), or pass --data PATH"
+        )
     out = args.out or Path("outputs") / "gpu-check" / time.strftime("%Y%m%d-%H%M%S")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already holds files: give --out a new or empty folder")
@@ -117,8 +135,9 @@ def run(args: argparse.Namespace) -> dict:
         logging.getLogger(name).setLevel(logging.WARNING)
     for warning in version_warnings():
         print(f"warning: {warning} (pyproject.toml)", file=sys.stderr)
-    options = CheckOptions(out=out, budget_s=budget, data=data, smoke=args.smoke, settings=settings,
-                           overrides=tuple(args.overrides))
+    options = CheckOptions(
+        out=out, budget_s=budget, data=data, smoke=args.smoke, settings=settings, overrides=tuple(args.overrides)
+    )
     result = run_check(options, log=lambda line: print(f"[gpu-check] {line}", flush=True))
     print((out / "gpu_check.md").read_text())
     print(f"[gpu-check] wall {result['wall_s']:.0f} s of {budget:.0f}; everything in {out}")

@@ -17,8 +17,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; every rung trains once per seed")
     parser.add_argument("--data", default="", help="cifar10, synthetic, or a folder/.tar(.xz) of train/ and test/")
-    parser.add_argument("--yes", action="store_true",
-                        help="train even when the estimate is beyond a day (the full recipe on a CPU)")
+    parser.add_argument(
+        "--yes", action="store_true", help="train even when the estimate is beyond a day (the full recipe on a CPU)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. profile=smoke trainer.devices=2")
     args = parser.parse_args(argv)
 
@@ -40,8 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     if not (final.run_dir / "demo" / "index.html").exists():
         print(f"browser demo: {export_demo(final.run_dir)}")
     report = build_report(ladder_dir)
-    log_report_to_wandb(ladder_dir, project=cfg.wandb.project, group=cfg.ladder, mode=cfg.wandb.mode,
-                        entity=cfg.wandb.entity)
+    log_report_to_wandb(
+        ladder_dir, project=cfg.wandb.project, group=cfg.ladder, mode=cfg.wandb.mode, entity=cfg.wandb.entity
+    )
     print(f"ladder '{cfg.ladder}' finished: {len(summaries)} runs; report in {report}")
 
 

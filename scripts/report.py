@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> Path:
     report = build_report(args.ladder_dir)
     run_id = log_report_to_wandb(args.ladder_dir, project=args.project, mode=args.wandb_mode, entity=args.entity)
     runs = sum(len(r.runs) for r in results)
-    print(f"report of {len(results)} rungs ({runs} runs) written to {report}"
-          + (f"; W&B run {run_id}" if run_id else ""))
+    print(
+        f"report of {len(results)} rungs ({runs} runs) written to {report}" + (f"; W&B run {run_id}" if run_id else "")
+    )
     return report
 
 

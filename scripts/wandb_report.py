@@ -35,9 +35,13 @@ def main(argv: list[str] | None = None) -> str:
     results = collect(args.ladder_dir)
     if not results:
         raise UserError(f"{args.ladder_dir}: no finished rung (no <rung>/done.json) to report on yet")
-    if api_key() is None or (problem := server_problem(base_url(), api_key())):
-        raise UserError("a saved W&B Report needs W&B online: run `wandb login` on a machine with a network, "
-                        "upload offline runs with `make wandb-sync`, then `make wandb-report` again")
+    problem = "not logged in" if api_key() is None else server_problem(base_url(), api_key())
+    if problem:
+        where = problem if api_key() is None else f"W&B server {base_url()} {problem}"
+        raise UserError(
+            f"a saved W&B Report needs W&B online ({where}): run `wandb login` on a machine with a network, "
+            "upload offline runs with `make wandb-sync`, then `make wandb-report` again"
+        )
     import wandb
     import wandb_workspaces.reports.v2 as wr
 

@@ -125,8 +125,9 @@ class WandbRun:
 
 def read_wandb(folder: Path) -> WandbRun:
     wandb_cli = Path(sys.executable).with_name("wandb")
-    result = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(folder)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--json", str(folder)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return WandbRun(Path(folder), [json.loads(line) for line in result.stdout.splitlines() if line.strip()])
 
@@ -147,12 +148,25 @@ def smoke_ladder(tmp_path_factory) -> Path:
     from vitladder.training.run import train_rung
 
     root = tmp_path_factory.mktemp("wandb-ladder")
-    cfg = compose_rung("patch4", [
-        "profile=smoke", "data=synthetic", "data.num_train=600", "data.num_test=100", "data.val_size=100",
-        "data.train_subset=null", "data.test_subset=null", "data.batch_size=100", "analysis.num_images=20",
-        "analysis.track_images=8", "profile.epoch_scale=0.02", "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false", f"output_root={root}",
-    ])
+    cfg = compose_rung(
+        "patch4",
+        [
+            "profile=smoke",
+            "data=synthetic",
+            "data.num_train=600",
+            "data.num_test=100",
+            "data.val_size=100",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            "data.batch_size=100",
+            "analysis.num_images=20",
+            "analysis.track_images=8",
+            "profile.epoch_scale=0.02",
+            "trainer.log_every_n_steps=1",
+            "trainer.enable_progress_bar=false",
+            f"output_root={root}",
+        ],
+    )
     train_rung(cfg)
     ladder = Path(cfg.run_dir).parent
     for _ in range(2):  # rebuilt: the same report run continues

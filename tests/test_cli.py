@@ -5,21 +5,35 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 from vitladder.training.wandb_run import resolve_mode
 
-TINY = ["profile=smoke", "data.num_train=300", "data.num_test=50", "data.val_size=50", "data.train_subset=null",
-        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10", "trainer.enable_progress_bar=false"]
+TINY = [
+    "profile=smoke",
+    "data.num_train=300",
+    "data.num_test=50",
+    "data.val_size=50",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=50",
+    "analysis.num_images=10",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.fixture
 def train(repo_root, child_env):
     def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "train.py", *args], cwd=repo_root, capture_output=True, text=True,
-                              timeout=300, env=child_env(**(env or {})))
+        return subprocess.run(
+            [sys.executable, "train.py", *args],
+            cwd=repo_root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(**(env or {})),
+        )
 
     return run
 
@@ -34,20 +48,23 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     return last
 
 
-@pytest.mark.parametrize("override, needles", [
-    ("trainer.max_epochs=abc", ("trainer.max_epochs='abc' is not valid", "takes an integer")),
-    ("data.horizontal_flip=maybe", ("data.horizontal_flip", "true or false")),
-    ("trainer.max_epoch=3", ("trainer.max_epoch: no such key; did you mean trainer.max_epochs?",)),
-    ("+optim.lrr=1", ("optim.lrr: no such key; did you mean optim.lr?",)),  # with the +: still the schema's
-    ("data=imagenet", ("data=imagenet: no such choice", "data/imagenet", "cifar10, imagefolder, synthetic")),
-    ("data.batch_size=[", ("malformed override 'data.batch_size=['", "key=value")),
-    # Values in range, checked before any folder exists (seed=-1 used to create <rung>-seed-1/ first).
-    ("data.batch_size=0", ("data.batch_size=0 is not valid", "at least 1")),
-    ("data.val_size=-5", ("data.val_size=-5 is not valid", "at least 1")),
-    ("seed=-1", ("seed=-1 is not valid", "between 0 and")),
-    ("wandb.mode=bogus", ("wandb.mode='bogus' is not valid", "auto, online, offline, disabled")),
-    ("ladder=../../x", ("ladder='../../x' is not valid", "plain folder name")),
-])
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("trainer.max_epochs=abc", ("trainer.max_epochs='abc' is not valid", "takes an integer")),
+        ("data.horizontal_flip=maybe", ("data.horizontal_flip", "true or false")),
+        ("trainer.max_epoch=3", ("trainer.max_epoch: no such key; did you mean trainer.max_epochs?",)),
+        ("+optim.lrr=1", ("optim.lrr: no such key; did you mean optim.lr?",)),  # with the +: still the schema's
+        ("data=imagenet", ("data=imagenet: no such choice", "data/imagenet", "cifar10, imagefolder, synthetic")),
+        ("data.batch_size=[", ("malformed override 'data.batch_size=['", "key=value")),
+        # Values in range, checked before any folder exists (seed=-1 used to create <rung>-seed-1/ first).
+        ("data.batch_size=0", ("data.batch_size=0 is not valid", "at least 1")),
+        ("data.val_size=-5", ("data.val_size=-5 is not valid", "at least 1")),
+        ("seed=-1", ("seed=-1 is not valid", "between 0 and")),
+        ("wandb.mode=bogus", ("wandb.mode='bogus' is not valid", "auto, online, offline, disabled")),
+        ("ladder=../../x", ("ladder='../../x' is not valid", "plain folder name")),
+    ],
+)
 def test_malformed_overrides(train, tmp_path, override, needles):
     result = train("step=patch8", override, f"output_root={tmp_path}")
     assert_one_line_error(result, *needles)
@@ -99,8 +116,13 @@ def test_wandb_online_without_a_network_falls_back_to_offline(monkeypatch):
 
 
 def test_training_goes_on_offline_when_online_is_asked_without_a_network(train, tmp_path):
-    result = train("+step=patch8", *TINY, f"output_root={tmp_path}", "wandb.mode=online",
-                   env={"WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40})
+    result = train(
+        "+step=patch8",
+        *TINY,
+        f"output_root={tmp_path}",
+        "wandb.mode=online",
+        env={"WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "unreachable" in result.stderr
     run_dir = tmp_path / "smoke" / "patch8"

@@ -150,39 +150,56 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
     from vitladder.config_schema import TrainerConfig
 
     supplied_by_the_run = {"self", "logger", "callbacks", "plugins"}
-    parameters = {name: p.default for name, p in inspect.signature(L.Trainer.__init__).parameters.items()
-                  if name not in supplied_by_the_run}
+    parameters = {
+        name: p.default
+        for name, p in inspect.signature(L.Trainer.__init__).parameters.items()
+        if name not in supplied_by_the_run
+    }
     fields = {f.name: f.default for f in dataclasses.fields(TrainerConfig)}
     assert fields == parameters
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
-    (["+optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
-    (["+trainer.max_epoch=3"], "trainer.max_epoch: no such key; did you mean trainer.max_epochs?"),
-    (["data.num_train=5"], "data.num_train: no such key with data=cifar10; it belongs to data=synthetic"),
-    (["+optim.lr=3"], "+optim.lr=3: optim.lr is already a key; set it without the +: optim.lr=3"),
-    (["trainer.max_epochs=abc"],
-     "trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer or null, e.g. trainer.max_epochs=100"),
-    (["model.patch_size=1.5"], "model.patch_size='1.5' is not valid: model.patch_size takes an integer, e.g. "
-                               "model.patch_size=4"),
-    (["optim.betas=3"],
-     "optim.betas='3' is not valid: optim.betas takes a list of numbers, e.g. optim.betas=[0.9,0.999]"),
-    (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
-    (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
-    (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
-    (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
-    (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
-    (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
-    (["wandb.mode=bogus"],
-     "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled"),
-    (["ladder=../../x"], "ladder='../../x' is not valid: ladder must be a plain folder name"),
-    (["ladder=.hidden"], "ladder='.hidden' is not valid"),
-    (["data=imagefolder", "data.root=x", "data.max_file_mib=0"], "data.max_file_mib=0.0 is not valid: "
-                                                                  "data.max_file_mib must be above 0"),
-    (["model.embed_dim=50"], "model.embed_dim=50 is not valid: it must be a multiple of model.num_heads=6"),
-    (["trainer.max_epochs=null"], "trainer.max_epochs=null is not valid: trainer.max_epochs must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
+        (["+optim.lrr=1"], "optim.lrr: no such key; did you mean optim.lr?"),
+        (["+trainer.max_epoch=3"], "trainer.max_epoch: no such key; did you mean trainer.max_epochs?"),
+        (["data.num_train=5"], "data.num_train: no such key with data=cifar10; it belongs to data=synthetic"),
+        (["+optim.lr=3"], "+optim.lr=3: optim.lr is already a key; set it without the +: optim.lr=3"),
+        (
+            ["trainer.max_epochs=abc"],
+            "trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer or null, "
+            "e.g. trainer.max_epochs=100",
+        ),
+        (
+            ["model.patch_size=1.5"],
+            "model.patch_size='1.5' is not valid: model.patch_size takes an integer, e.g. model.patch_size=4",
+        ),
+        (
+            ["optim.betas=3"],
+            "optim.betas='3' is not valid: optim.betas takes a list of numbers, e.g. optim.betas=[0.9,0.999]",
+        ),
+        (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
+        (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
+        (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
+        (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
+        (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
+        (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
+        (
+            ["wandb.mode=bogus"],
+            "wandb.mode='bogus' is not valid: wandb.mode must be one of auto, online, offline, disabled",
+        ),
+        (["ladder=../../x"], "ladder='../../x' is not valid: ladder must be a plain folder name"),
+        (["ladder=.hidden"], "ladder='.hidden' is not valid"),
+        (
+            ["data=imagefolder", "data.root=x", "data.max_file_mib=0"],
+            "data.max_file_mib=0.0 is not valid: data.max_file_mib must be above 0",
+        ),
+        (["model.embed_dim=50"], "model.embed_dim=50 is not valid: it must be a multiple of model.num_heads=6"),
+        (["trainer.max_epochs=null"], "trainer.max_epochs=null is not valid: trainer.max_epochs must be at least 1"),
+    ],
+)
 def test_a_bad_override_is_one_line_naming_the_key(overrides, message):
     with pytest.raises(UserError) as error:
         compose_rung("warmup", overrides)
@@ -193,8 +210,15 @@ def test_step_with_or_without_plus_and_trainer_arguments_without_plus():
     from vitladder.config import compose_config
 
     assert compose_config(["step=warmup"]) == compose_config(["+step=warmup"]) == compose_rung("warmup")
-    cfg = compose_rung("warmup", ["trainer.gradient_clip_val=1", "trainer.limit_train_batches=3",
-                                  "trainer.val_check_interval=0.5", "trainer.deterministic=true"])
+    cfg = compose_rung(
+        "warmup",
+        [
+            "trainer.gradient_clip_val=1",
+            "trainer.limit_train_batches=3",
+            "trainer.val_check_interval=0.5",
+            "trainer.deterministic=true",
+        ],
+    )
     assert cfg.trainer.gradient_clip_val == 1.0 and cfg.trainer.limit_train_batches == 3  # an int: a count
     assert cfg.trainer.val_check_interval == 0.5 and cfg.trainer.deterministic is True
 
@@ -221,14 +245,26 @@ def test_help_shows_the_rungs_groups_overrides_and_outputs(repo_root):
     for group in ("data", "profile"):
         options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         assert f"{group}={'|'.join(options)}" in text
-    for needle in ("trainer.gradient_clip_val=1.0", "overwrite=true", "ladder=NAME", "outputs/<ladder>/<rung>/",
-                   "--cfg job --resolve", "-sc install=bash"):
+    for needle in (
+        "trainer.gradient_clip_val=1.0",
+        "overwrite=true",
+        "ladder=NAME",
+        "outputs/<ladder>/<rung>/",
+        "--cfg job --resolve",
+        "-sc install=bash",
+    ):
         assert needle in text, needle
 
 
 def test_shell_completion_knows_the_schema(repo_root):
     env = {**os.environ, "COMP_LINE": "python train.py trainer.gradient_cl"}
-    result = subprocess.run([sys.executable, "train.py", "-sc", "query=bash"], cwd=repo_root, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "train.py", "-sc", "query=bash"],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "trainer.gradient_clip_val=" in result.stdout.split()

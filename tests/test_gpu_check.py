@@ -32,9 +32,17 @@ MODULE_DUMP = textwrap.dedent(
     """
 )
 # The GPU machine: Python 3.12 on Linux x86_64 (for the environment markers of requirements).
-GPU_MACHINE = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-               "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
-               "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
+GPU_MACHINE = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "os_name": "posix",
+    "extra": "",
+}
 SMOKE_BUDGET = 60
 
 
@@ -54,10 +62,18 @@ def run_check(repo_root: Path, tmp_path: Path, *args: str) -> tuple[subprocess.C
     (hooks / "sitecustomize.py").write_text(MODULE_DUMP)
     modules = tmp_path / "modules.txt"
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}  # the check's own: off
-    env.update(VITLADDER_TEST_MODULES=str(modules),
-               PYTHONPATH=os.pathsep.join([str(hooks), str(repo_root / "src"), os.environ.get("PYTHONPATH", "")]))
-    result = subprocess.run([sys.executable, str(repo_root / "scripts" / "gpu_check.py"), *args], cwd=repo_root,
-                            env=env, capture_output=True, text=True, timeout=900)
+    env.update(
+        VITLADDER_TEST_MODULES=str(modules),
+        PYTHONPATH=os.pathsep.join([str(hooks), str(repo_root / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "scripts" / "gpu_check.py"), *args],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return result, modules.read_text().split() if modules.exists() else []
 
 
@@ -67,9 +83,22 @@ def smoke(repo_root, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("gpu_check")
     out = tmp_path / "out"
     started = time.perf_counter()
-    result, modules = run_check(repo_root, tmp_path, "--smoke", "--data", "synthetic", "--settings", "eager",
-                                "--budget", str(SMOKE_BUDGET), "--out", str(out), "data.train_subset=1000",
-                                "data.test_subset=200", "analysis.num_images=50")
+    result, modules = run_check(
+        repo_root,
+        tmp_path,
+        "--smoke",
+        "--data",
+        "synthetic",
+        "--settings",
+        "eager",
+        "--budget",
+        str(SMOKE_BUDGET),
+        "--out",
+        str(out),
+        "data.train_subset=1000",
+        "data.test_subset=200",
+        "analysis.num_images=50",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out, json.loads((out / "gpu_check.json").read_text()), modules, time.perf_counter() - started
 
@@ -144,12 +173,17 @@ def test_the_carried_wheels_need_nothing_the_gpu_machine_lacks(repo_root):
 
 
 def test_make_gpu_check_installs_the_wheels_offline_and_runs_the_check(repo_root):
-    dry_run = subprocess.run(["make", "-n", "gpu-check", "BUDGET=300", "GPU_OUT=out/check", "ARGS=seed=1"],
-                             cwd=repo_root, capture_output=True, text=True, check=True).stdout
+    dry_run = subprocess.run(
+        ["make", "-n", "gpu-check", "BUDGET=300", "GPU_OUT=out/check", "ARGS=seed=1"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     install = next(line for line in dry_run.splitlines() if "pip install" in line)
     for flag in ("--no-index", "--no-deps", "--target gpu/site", "gpu/wheels/*.whl"):
         assert flag in install
-    check = dry_run[dry_run.index("PYTHONPATH=src:gpu/site"):]
+    check = dry_run[dry_run.index("PYTHONPATH=src:gpu/site") :]
     assert "scripts/gpu_check.py --budget 300" in check and "--out out/check" in check and "seed=1" in check
 
 
@@ -177,12 +211,15 @@ def load_script(repo_root: Path):
     return module
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "synthetic"], "no CUDA device is visible"),
-    (["--smoke", "--data", "nowhere/cifar.tar.xz"], "no CIFAR-10 at nowhere/cifar.tar.xz"),
-    (["--smoke", "--settings", "fast"], "--settings 'fast': choose from eager, compiled"),
-    (["--smoke", "--budget", "0"], "--budget 0.0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "synthetic"], "no CUDA device is visible"),
+        (["--smoke", "--data", "nowhere/cifar.tar.xz"], "no CIFAR-10 at nowhere/cifar.tar.xz"),
+        (["--smoke", "--settings", "fast"], "--settings 'fast': choose from eager, compiled"),
+        (["--smoke", "--budget", "0"], "--budget 0.0"),
+    ],
+)
 def test_mistakes_are_one_line_and_write_nothing(repo_root, tmp_path, capsys, args, message):
     if "CUDA" in message:
         import torch

@@ -9,7 +9,6 @@ import resource
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -44,9 +43,11 @@ def test_a_failed_write_keeps_the_previous_version_and_names_the_output(tmp_path
 
 def test_os_errors_are_one_line_naming_the_path_and_what_to_do(capsys):
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/run/last.ckpt")
-    assert describe_os_error(full) == ("/data/run/last.ckpt: No space left on device; free some disk space or write "
-                                       "elsewhere, then run the same command again (an interrupted rung resumes "
-                                       "from its last checkpoint)")
+    assert describe_os_error(full) == (
+        "/data/run/last.ckpt: No space left on device; free some disk space or write "
+        "elsewhere, then run the same command again (an interrupted rung resumes "
+        "from its last checkpoint)"
+    )
     denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/data/run")
     assert describe_os_error(denied).startswith("/data/run: Permission denied; make it writable or write elsewhere")
 
@@ -66,14 +67,29 @@ def test_train_py_on_a_disk_that_fills_up_while_writing_config_yaml(repo_root, t
         resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
 
     result = subprocess.run(
-        [sys.executable, "train.py", "+step=patch8", "profile=smoke", "data=synthetic", "data.num_train=300",
-         "data.num_test=50", "data.val_size=50", "data.train_subset=null", "data.test_subset=null",
-         "data.batch_size=50", f"output_root={tmp_path}"],
-        cwd=repo_root, capture_output=True, text=True, timeout=300, env=child_env(), preexec_fn=small_disk,
+        [
+            sys.executable,
+            "train.py",
+            "+step=patch8",
+            "profile=smoke",
+            "data=synthetic",
+            "data.num_train=300",
+            "data.num_test=50",
+            "data.val_size=50",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            "data.batch_size=50",
+            f"output_root={tmp_path}",
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+        preexec_fn=small_disk,
     )
     config = tmp_path / "smoke" / "patch8" / "config.yaml"
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {config}: File too large; free some disk space"), lines
     assert not config.exists() and not list(tmp_path.rglob("*.tmp"))
-

@@ -7,12 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from vitladder.run_folder import (RunPaths, checkpoint_of, is_finished, parse_run_name, read_summary,
-                                  run_folder_of, run_name)
+from vitladder.run_folder import (
+    RunPaths,
+    checkpoint_of,
+    is_finished,
+    parse_run_name,
+    read_summary,
+    run_folder_of,
+    run_name,
+)
 
 
-@pytest.mark.parametrize(("rung", "seed", "name"), [("warmup", 0, "warmup"), ("warmup", 2, "warmup-seed2"),
-                                                     ("mixup_cutmix", 13, "mixup_cutmix-seed13")])
+@pytest.mark.parametrize(
+    ("rung", "seed", "name"),
+    [("warmup", 0, "warmup"), ("warmup", 2, "warmup-seed2"), ("mixup_cutmix", 13, "mixup_cutmix-seed13")],
+)
 def test_a_rung_and_seed_name_their_folder_and_back(rung, seed, name):
     assert run_name(rung, seed) == name
     assert parse_run_name(name) == (rung, seed)
@@ -26,13 +35,31 @@ def test_other_folders_are_not_runs_or_not_these_runs(name):
 
 def test_the_layout(tmp_path):
     paths = RunPaths(tmp_path)
-    relative = {name: getattr(paths, name).relative_to(tmp_path).as_posix()
-                for name in ("config", "overrides", "metrics_csv", "checkpoints", "last_ckpt", "model", "analysis",
-                             "layers_csv", "done")}
-    assert relative == {"config": "config.yaml", "overrides": "overrides.yaml", "metrics_csv": "metrics.csv",
-                        "checkpoints": "checkpoints", "last_ckpt": "checkpoints/last.ckpt",
-                        "model": "checkpoints/model.pt", "analysis": "analysis", "layers_csv": "analysis/layers.csv",
-                        "done": "done.json"}
+    relative = {
+        name: getattr(paths, name).relative_to(tmp_path).as_posix()
+        for name in (
+            "config",
+            "overrides",
+            "metrics_csv",
+            "checkpoints",
+            "last_ckpt",
+            "model",
+            "analysis",
+            "layers_csv",
+            "done",
+        )
+    }
+    assert relative == {
+        "config": "config.yaml",
+        "overrides": "overrides.yaml",
+        "metrics_csv": "metrics.csv",
+        "checkpoints": "checkpoints",
+        "last_ckpt": "checkpoints/last.ckpt",
+        "model": "checkpoints/model.pt",
+        "analysis": "analysis",
+        "layers_csv": "analysis/layers.csv",
+        "done": "done.json",
+    }
 
 
 def test_finished_means_done_json_and_nothing_else(tmp_path):

@@ -18,8 +18,16 @@ from vitladder.errors import UserError
 from vitladder.rungs import read_ladder
 from vitladder.training.recipe import flatten
 
-TINY = ["profile=smoke", "data=synthetic", "data.num_train=300", "data.num_test=100", "data.val_size=100",
-        "data.batch_size=64", "data.train_subset=null", "data.test_subset=null"]
+TINY = [
+    "profile=smoke",
+    "data=synthetic",
+    "data.num_train=300",
+    "data.num_test=100",
+    "data.val_size=100",
+    "data.batch_size=64",
+    "data.train_subset=null",
+    "data.test_subset=null",
+]
 RUNG_YAML = """\
 # @package _global_
 {defaults}
@@ -30,33 +38,54 @@ rung_info:
 {extra}"""
 
 
-def write_rung(step_dir: Path, name: str, parent: str | None, description: str = "what it adds",
-               extra: str = "", defaults: str | None = None) -> None:
+def write_rung(
+    step_dir: Path,
+    name: str,
+    parent: str | None,
+    description: str = "what it adds",
+    extra: str = "",
+    defaults: str | None = None,
+) -> None:
     if defaults is None:
         defaults = f"defaults:\n  - {parent}\n  - _self_\n" if parent else ""
     step_dir.mkdir(parents=True, exist_ok=True)
-    (step_dir / f"{name}.yaml").write_text(RUNG_YAML.format(defaults=defaults, name=name, description=description,
-                                                            extra=extra))
+    (step_dir / f"{name}.yaml").write_text(
+        RUNG_YAML.format(defaults=defaults, name=name, description=description, extra=extra)
+    )
 
 
 def test_the_ladder_is_the_chain_of_parents_not_the_file_names(tmp_path):
     write_rung(tmp_path, "zeta", None)
-    write_rung(tmp_path, "alpha", "zeta", "second", extra="    reference: {test_acc: 0.5, layer1_distance_px: 1.0, "
-                                                          "uniform_distance_px: 2.0}\n")
+    write_rung(
+        tmp_path,
+        "alpha",
+        "zeta",
+        "second",
+        extra="    reference: {test_acc: 0.5, layer1_distance_px: 1.0, uniform_distance_px: 2.0}\n",
+    )
     write_rung(tmp_path, "mid", None, defaults="defaults:\n  - /step/alpha@_here_\n  - /data: synthetic\n  - _self_\n")
     rungs = read_ladder(tmp_path)
     assert [(r.name, r.parent) for r in rungs] == [("zeta", None), ("alpha", "zeta"), ("mid", "alpha")]
     assert rungs[1].description == "second" and rungs[1].reference == {
-        "test_acc": 0.5, "layer1_distance_px": 1.0, "uniform_distance_px": 2.0}
+        "test_acc": 0.5,
+        "layer1_distance_px": 1.0,
+        "uniform_distance_px": 2.0,
+    }
     assert rungs[0].reference == {} and rungs[2].reference == {}
 
 
-@pytest.mark.parametrize("files, message", [
-    ([("a", None), ("b", "nope")], r"b.yaml: builds on 'nope', which has no .*nope.yaml; choose one of a, b"),
-    ([("a", None), ("b", None)], r"2 rungs build on no other \(a, b\)"),
-    ([("a", None), ("b", "a"), ("c", "a")], r"rungs b and c both build on a; the ladder is one chain"),
-    ([("a", None), ("b", "c"), ("c", "b")], r"rungs b, c build on each other in a loop; let one of them build on a"),
-])
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ([("a", None), ("b", "nope")], r"b.yaml: builds on 'nope', which has no .*nope.yaml; choose one of a, b"),
+        ([("a", None), ("b", None)], r"2 rungs build on no other \(a, b\)"),
+        ([("a", None), ("b", "a"), ("c", "a")], r"rungs b and c both build on a; the ladder is one chain"),
+        (
+            [("a", None), ("b", "c"), ("c", "b")],
+            r"rungs b, c build on each other in a loop; let one of them build on a",
+        ),
+    ],
+)
 def test_a_ladder_that_is_not_one_chain_is_one_line_saying_what_to_fix(tmp_path, files, message):
     for name, parent in files:
         write_rung(tmp_path, name, parent)
@@ -64,12 +93,15 @@ def test_a_ladder_that_is_not_one_chain_is_one_line_saying_what_to_fix(tmp_path,
         read_ladder(tmp_path)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("rung: a\n", r"a.yaml: no rung_info.a block: give it a one-line description"),
-    ("rung: b\nrung_info: {a: {description: x}}\n", r"a.yaml: rung: b must be the file's name, rung: a"),
-    ("rung: a\nrung_info: {a: {description: x, reference: {test_acc: high}}}\n", r"a.yaml: .*test_acc"),
-    ("rung: a\nrung_info: {a: {description: x, figures: 1}}\n", r"a.yaml: .*figures"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("rung: a\n", r"a.yaml: no rung_info.a block: give it a one-line description"),
+        ("rung: b\nrung_info: {a: {description: x}}\n", r"a.yaml: rung: b must be the file's name, rung: a"),
+        ("rung: a\nrung_info: {a: {description: x, reference: {test_acc: high}}}\n", r"a.yaml: .*test_acc"),
+        ("rung: a\nrung_info: {a: {description: x, figures: 1}}\n", r"a.yaml: .*figures"),
+    ],
+)
 def test_a_malformed_rung_file_is_one_line_naming_it(tmp_path, text, message):
     (tmp_path / "a.yaml").write_text(text)
     with pytest.raises(UserError, match=message):
@@ -83,7 +115,7 @@ def test_hydra_composes_each_rung_from_the_chain_the_ladder_reads():
     assert names[0] == "patch8" and names[-1] == "epochs200" and len(names) == len(list((CONF_DIR / "step").glob("*")))
     for position, rung in enumerate(names):
         info = compose_rung(rung).rung_info
-        assert list(info) == list(names[:position + 1]), rung
+        assert list(info) == list(names[: position + 1]), rung
         assert info[rung].description == get_rung(rung).description
         assert OmegaConf.to_container(info[rung].reference) == get_rung(rung).reference
 
@@ -182,8 +214,14 @@ def project_with_grad_clip(repo_root, tmp_path) -> Path:
 def test_a_new_rung_file_is_a_rung_with_no_python_edited(project_with_grad_clip, tmp_path, child_env):
     copy = project_with_grad_clip
     env = child_env(PYTHONPATH=str(copy / "src"))
-    checked = subprocess.run([sys.executable, "-c", CHECK_THE_COPY, str(tmp_path / "ladder"), *TINY],
-                             cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        [sys.executable, "-c", CHECK_THE_COPY, str(tmp_path / "ladder"), *TINY],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 0, checked.stderr
     seen = json.loads(checked.stdout.splitlines()[-1])
     assert seen["plan"] == [*rung_names(), "grad_clip"], "make ladder trains it last"
@@ -197,9 +235,22 @@ def test_a_new_rung_file_is_a_rung_with_no_python_edited(project_with_grad_clip,
     assert rows["epochs200"][3] == f"{get_rung('epochs200').reference['test_acc']:.1%}"
 
     trained = subprocess.run(
-        [sys.executable, "train.py", "+step=grad_clip", *TINY, "analysis.enabled=false", "wandb.mode=disabled",
-         f"output_root={tmp_path / 'out'}", "trainer.enable_progress_bar=false"],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "train.py",
+            "+step=grad_clip",
+            *TINY,
+            "analysis.enabled=false",
+            "wandb.mode=disabled",
+            f"output_root={tmp_path / 'out'}",
+            "trainer.enable_progress_bar=false",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "grad_clip: test accuracy" in trained.stdout
     stored = OmegaConf.load(tmp_path / "out" / "smoke" / "grad_clip" / "config.yaml")

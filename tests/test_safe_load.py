@@ -28,28 +28,37 @@ def test_the_payload_is_live_and_refused_here(tmp_path, payload_checkpoint):
 
 def test_the_projects_own_model_loads_weights_only(tmp_path):
     config = ViTConfig(embed_dim=48)
-    saved = {"format": "vitladder-model/1", "vit_config": config.to_dict(),
-             "state_dict": build_vit(config).state_dict(), "classes": ["a"] * 10, "rung": "patch4", "ladder": "smoke"}
+    saved = {
+        "format": "vitladder-model/1",
+        "vit_config": config.to_dict(),
+        "state_dict": build_vit(config).state_dict(),
+        "classes": ["a"] * 10,
+        "rung": "patch4",
+        "ladder": "smoke",
+    }
     torch.save(saved, tmp_path / "model.pt")
     model, meta = load_model(tmp_path / "model.pt")
     assert meta.vit_config == config and meta.rung == "patch4"
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"depth": 10**6}, "depth=1000000 is outside [1, 64]"),
-    ({"embed_dim": 4092, "num_heads": 6, "depth": 64}, "parameters, more than 1,000,000,000"),
-    ({"img_size": 1024, "patch_size": 1}, "patches per image, more than 4096"),
-    ({"num_heads": 7}, "num_heads 7 does not divide embed_dim 48"),
-    ({"patch_size": 5}, "patch_size 5 does not divide the 32px image"),
-    ({"num_classes": 0}, "num_classes=0 is outside"),
-    ({"mlp_ratio": math.nan}, "mlp_ratio=nan is not a number"),
-    ({"mlp_ratio": 1e9}, "mlp_ratio=1000000000.0 is outside"),
-    ({"drop_path_rate": -1.0}, "drop_path_rate=-1.0 is outside"),
-    ({"patch_size": "4"}, "patch_size='4' is not an integer"),
-    ({"depth": True}, "depth=True is not an integer"),
-    ({"depth": 7.0}, "depth=7.0 is not an integer"),
-    ({"evil": 1}, "unknown keys ['evil']"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"depth": 10**6}, "depth=1000000 is outside [1, 64]"),
+        ({"embed_dim": 4092, "num_heads": 6, "depth": 64}, "parameters, more than 1,000,000,000"),
+        ({"img_size": 1024, "patch_size": 1}, "patches per image, more than 4096"),
+        ({"num_heads": 7}, "num_heads 7 does not divide embed_dim 48"),
+        ({"patch_size": 5}, "patch_size 5 does not divide the 32px image"),
+        ({"num_classes": 0}, "num_classes=0 is outside"),
+        ({"mlp_ratio": math.nan}, "mlp_ratio=nan is not a number"),
+        ({"mlp_ratio": 1e9}, "mlp_ratio=1000000000.0 is outside"),
+        ({"drop_path_rate": -1.0}, "drop_path_rate=-1.0 is outside"),
+        ({"patch_size": "4"}, "patch_size='4' is not an integer"),
+        ({"depth": True}, "depth=True is not an integer"),
+        ({"depth": 7.0}, "depth=7.0 is not an integer"),
+        ({"evil": 1}, "unknown keys ['evil']"),
+    ],
+)
 def test_a_checkpoints_network_shape_is_bounded_before_it_is_built(tmp_path, change, needle):
     vit_config = {**ViTConfig(embed_dim=48).to_dict(), **change}
     torch.save({"format": "vitladder-model/1", "vit_config": vit_config, "state_dict": {}}, tmp_path / "model.pt")
@@ -69,9 +78,15 @@ def test_a_lightning_checkpoints_hyperparameters_are_bounded_too(tmp_path):
 def test_vit_config_from_a_list_or_odd_fields_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a dict"):
         vit_config_from_dict([4, 384])
-    for bad in ({"state_dict": [], "format": "vitladder-model/1", "vit_config": ViTConfig(embed_dim=48).to_dict()},
-                {"state_dict": {}, "format": "vitladder-model/1", "vit_config": ViTConfig(embed_dim=48).to_dict(),
-                 "classes": [1, 2]}):
+    for bad in (
+        {"state_dict": [], "format": "vitladder-model/1", "vit_config": ViTConfig(embed_dim=48).to_dict()},
+        {
+            "state_dict": {},
+            "format": "vitladder-model/1",
+            "vit_config": ViTConfig(embed_dim=48).to_dict(),
+            "classes": [1, 2],
+        },
+    ):
         torch.save(bad, tmp_path / "odd.pt")
         with pytest.raises(CheckpointError, match="does not hold this project's ViT"):
             load_model(tmp_path / "odd.pt")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from vitladder.config import check_rung, compose_config, is_step_override, rung_names
 from vitladder.errors import UserError, describe_os_error

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -44,8 +45,12 @@ def rung_lines() -> str:
 
 
 def register_resolvers() -> None:
-    for name, resolver in (("seed_suffix", seed_suffix), ("scale_epochs", scale_epochs),
-                           ("auto_precision", auto_precision), ("rung_lines", rung_lines)):
+    for name, resolver in (
+        ("seed_suffix", seed_suffix),
+        ("scale_epochs", scale_epochs),
+        ("auto_precision", auto_precision),
+        ("rung_lines", rung_lines),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 
@@ -86,8 +91,10 @@ def accept_plus_step(overrides: Sequence[str]) -> list[str]:
     """`+step=<rung>` as `step=<rung>`. conf/config.yaml lists `step: null`, so Hydra's form is
     `step=<rung>`; Hydra refuses `+` on a group already in the defaults list, and `+step=` is what
     earlier versions of this project (and many Hydra projects) document."""
-    return [override.lstrip("+") if override.startswith("+") and is_step_override(override) else override
-            for override in overrides]
+    return [
+        override.lstrip("+") if override.startswith("+") and is_step_override(override) else override
+        for override in overrides
+    ]
 
 
 def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
@@ -154,8 +161,12 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("data.num_test", lambda v: v >= 1, "at least 1", "2000"),
     ("data.max_file_mib", lambda v: v > 0, "above 0 (MiB)", "4"),
     ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
-    ("ladder", lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
-     "a plain folder name (letters, digits, '.', '_', '-'; no '/')", "my-ladder"),
+    (
+        "ladder",
+        lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
+        "a plain folder name (letters, digits, '.', '_', '-'; no '/')",
+        "my-ladder",
+    ),
     ("wandb.mode", lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline"),
     ("model.patch_size", lambda v: v >= 1 and 32 % v == 0, "a divisor of 32, the image size", "4"),
     ("model.num_heads", lambda v: v >= 1, "at least 1", "6"),
@@ -182,8 +193,10 @@ def range_errors(cfg: DictConfig) -> list[str]:
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
     if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
-        errors.append(f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
-                      f"model.num_heads={cfg.model.num_heads}, e.g. model.embed_dim={64 * cfg.model.num_heads}")
+        errors.append(
+            f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
+            f"model.num_heads={cfg.model.num_heads}, e.g. model.embed_dim={64 * cfg.model.num_heads}"
+        )
     return errors
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import typing
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 from vitladder.config_schema import DATA_SCHEMAS, data_sources_with, schema_keys
 from vitladder.errors import UserError
@@ -55,8 +55,11 @@ def unknown_key(key: str, node_type: type | None = None) -> str:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if close:
         return f"{key}: no such key; did you mean {close[0]}?"
-    siblings = sorted({k[len(parent) + 1 :].split(".")[0] for k in known if k.startswith(f"{parent}.")} if parent
-                      else {k.split(".")[0] for k in known})
+    siblings = sorted(
+        {k[len(parent) + 1 :].split(".")[0] for k in known if k.startswith(f"{parent}.")}
+        if parent
+        else {k.split(".")[0] for k in known}
+    )
     where = f"{parent} has" if parent else "the top level has"
     return f"{key}: no such key; {where} {', '.join(siblings)} (see python train.py --help)"
 
@@ -79,8 +82,9 @@ def _wrong_type(key: str, overrides: Sequence[str]) -> str:
     given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
     value = given.partition("=")[2] if given else "?"
     example = _current_value(key, [o for o in overrides if o is not given])
-    return (f"{key}={value!r} is not valid: {key} takes {_kind(key)}"
-            + (f", e.g. {key}={example}" if example not in (None, "null") else ""))
+    return f"{key}={value!r} is not valid: {key} takes {_kind(key)}" + (
+        f", e.g. {key}={example}" if example not in (None, "null") else ""
+    )
 
 
 def _kind(key: str) -> str:

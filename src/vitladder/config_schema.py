@@ -10,7 +10,7 @@ refused at composition, before anything runs. Ranges and cross-field rules are `
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Dict, Optional, get_type_hints
+from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -34,8 +34,8 @@ class DataConfig:
     batch_size: int = MISSING
     val_size: int = MISSING
     split_seed: int = MISSING
-    train_subset: Optional[int] = MISSING
-    test_subset: Optional[int] = MISSING
+    train_subset: int | None = MISSING
+    test_subset: int | None = MISSING
     random_crop_padding: int = MISSING
     horizontal_flip: bool = MISSING
 
@@ -104,10 +104,10 @@ class TrainerConfig:
     num_nodes: int = 1
     precision: Any = None
     fast_dev_run: Any = False
-    max_epochs: Optional[int] = None
-    min_epochs: Optional[int] = None
+    max_epochs: int | None = None
+    min_epochs: int | None = None
     max_steps: int = -1
-    min_steps: Optional[int] = None
+    min_steps: int | None = None
     max_time: Any = None
     limit_train_batches: Any = None
     limit_val_batches: Any = None
@@ -115,27 +115,27 @@ class TrainerConfig:
     limit_predict_batches: Any = None
     overfit_batches: Any = 0.0
     val_check_interval: Any = None
-    check_val_every_n_epoch: Optional[int] = 1
-    num_sanity_val_steps: Optional[int] = None
-    log_every_n_steps: Optional[int] = None
-    enable_checkpointing: Optional[bool] = None
-    enable_progress_bar: Optional[bool] = None
-    enable_model_summary: Optional[bool] = None
+    check_val_every_n_epoch: int | None = 1
+    num_sanity_val_steps: int | None = None
+    log_every_n_steps: int | None = None
+    enable_checkpointing: bool | None = None
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool | None = None
     accumulate_grad_batches: int = 1
-    gradient_clip_val: Optional[float] = None
-    gradient_clip_algorithm: Optional[str] = None
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str | None = None
     deterministic: Any = None
-    benchmark: Optional[bool] = None
+    benchmark: bool | None = None
     inference_mode: bool = True
     use_distributed_sampler: bool = True
-    profiler: Optional[str] = None
+    profiler: str | None = None
     detect_anomaly: bool = False
     barebones: bool = False
     sync_batchnorm: bool = False
     reload_dataloaders_every_n_epochs: int = 0
-    default_root_dir: Optional[str] = None
+    default_root_dir: str | None = None
     enable_autolog_hparams: bool = True
-    model_registry: Optional[str] = None
+    model_registry: str | None = None
 
 
 @dataclass
@@ -163,7 +163,7 @@ class AnalysisConfig:
 @dataclass
 class WandbConfig:
     project: str = MISSING
-    entity: Optional[str] = MISSING
+    entity: str | None = MISSING
     mode: str = MISSING  # auto, online, offline or disabled (checked by config.validate)
 
 
@@ -187,7 +187,7 @@ class RungInfo:
     """What a rung is, not what it trains: outside the recipe (training/recipe.py)."""
 
     description: str = MISSING  # one line: what the rung adds to the one it builds on
-    reference: Optional[ReferenceFigures] = None
+    reference: ReferenceFigures | None = None
 
 
 @dataclass
@@ -195,7 +195,7 @@ class Config:
     rung: str = MISSING
     # Each conf/step/<rung>.yaml adds its own entry, so a rung's config holds the info of every rung it
     # builds on, bottom first; keyed by name, so a rung without reference figures inherits none.
-    rung_info: Dict[str, RungInfo] = field(default_factory=dict)
+    rung_info: dict[str, RungInfo] = field(default_factory=dict)
     ladder: str = MISSING
     seed: int = MISSING
     run_dir: str = MISSING

@@ -26,8 +26,10 @@ def describe_os_error(error: OSError) -> str:
     where = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
     reason = error.strerror or str(error) or type(error).__name__
     if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        advice = ("free some disk space or write elsewhere, then run the same command again "
-                  "(an interrupted rung resumes from its last checkpoint)")
+        advice = (
+            "free some disk space or write elsewhere, then run the same command again "
+            "(an interrupted rung resumes from its last checkpoint)"
+        )
     elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         advice = "make it writable or write elsewhere (output_root=PATH, --out DIR)"
     else:

@@ -21,8 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "MODEL_FORMAT", "RunPaths", "checkpoint_of", "is_finished", "parse_run_name", "read_summary",
-    "run_folder_of", "run_name", "seed_suffix",
+    "MODEL_FORMAT",
+    "RunPaths",
+    "checkpoint_of",
+    "is_finished",
+    "parse_run_name",
+    "read_summary",
+    "run_folder_of",
+    "run_name",
+    "seed_suffix",
 ]
 
 MODEL_FORMAT = "vitladder-model/1"  # the "format" entry of model.pt; bump it when its keys change

@@ -42,7 +42,7 @@ def parent_in(defaults: Any, path: Path) -> str | None:
             continue  # a dict entry picks an option of another group
         name = entry.partition("@")[0].strip()
         if name.startswith(f"/{GROUP}/"):
-            name = name[len(GROUP) + 2:]
+            name = name[len(GROUP) + 2 :]
         elif name.startswith("/"):
             continue
         parents.append(name)
@@ -58,8 +58,10 @@ def read_rung(path: Path) -> Rung:
         node = OmegaConf.load(path)
         info = node.get("rung_info", {}).get(name) if isinstance(node, DictConfig) else None
         if info is None:
-            raise UserError(f"{path}: no rung_info.{name} block: give it a one-line description, "
-                            f"e.g. rung_info: {{{name}: {{description: what this rung adds}}}}")
+            raise UserError(
+                f"{path}: no rung_info.{name} block: give it a one-line description, "
+                f"e.g. rung_info: {{{name}: {{description: what this rung adds}}}}"
+            )
         info = OmegaConf.merge(OmegaConf.structured(RungInfo), info)
         description = str(info.description)
         reference = OmegaConf.to_container(info.reference) if info.reference is not None else {}
@@ -76,24 +78,32 @@ def read_ladder(step_dir: Path) -> tuple[Rung, ...]:
     rungs = {rung.name: rung for rung in map(read_rung, sorted(step_dir.glob("*.yaml")))}
     roots = [rung.name for rung in rungs.values() if rung.parent is None]
     if len(roots) != 1:
-        raise UserError(f"{step_dir}: {len(roots)} rungs build on no other ({', '.join(roots) or 'none'}); "
-                        "exactly one starts the ladder, every other names its parent rung in its defaults")
+        raise UserError(
+            f"{step_dir}: {len(roots)} rungs build on no other ({', '.join(roots) or 'none'}); "
+            "exactly one starts the ladder, every other names its parent rung in its defaults"
+        )
     children: dict[str, list[str]] = {}
     for rung in rungs.values():
         if rung.parent is not None:
             if rung.parent not in rungs:
-                raise UserError(f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
-                                f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}")
+                raise UserError(
+                    f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
+                    f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
+                )
             children.setdefault(rung.parent, []).append(rung.name)
     chain = [rungs[roots[0]]]
     while children.get(chain[-1].name):
         following = children[chain[-1].name]
         if len(following) > 1:
-            raise UserError(f"{step_dir}: rungs {' and '.join(following)} both build on {chain[-1].name}; the "
-                            "ladder is one chain, so let one of them build on the other")
+            raise UserError(
+                f"{step_dir}: rungs {' and '.join(following)} both build on {chain[-1].name}; the "
+                "ladder is one chain, so let one of them build on the other"
+            )
         chain.append(rungs[following[0]])
     left = sorted(rungs.keys() - {rung.name for rung in chain})
     if left:
-        raise UserError(f"{step_dir}: rungs {', '.join(left)} build on each other in a loop; let one of them "
-                        f"build on {chain[-1].name}")
+        raise UserError(
+            f"{step_dir}: rungs {', '.join(left)} build on each other in a loop; let one of them "
+            f"build on {chain[-1].name}"
+        )
     return tuple(chain)

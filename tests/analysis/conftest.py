@@ -15,16 +15,34 @@ from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.config import compose_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 
-TINY_DATA = ["data=synthetic", "data.num_train=600", "data.num_test=120", "data.val_size=100", "data.train_subset=null",
-             "data.test_subset=null", "data.batch_size=100"]
-TINY_ANALYSIS = ["analysis.num_images=40", "analysis.batch_size=16", "analysis.example_image=3",
-                 "analysis.track_every_n_epochs=1", "analysis.track_images=8"]
+TINY_DATA = [
+    "data=synthetic",
+    "data.num_train=600",
+    "data.num_test=120",
+    "data.val_size=100",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=100",
+]
+TINY_ANALYSIS = [
+    "analysis.num_images=40",
+    "analysis.batch_size=16",
+    "analysis.example_image=3",
+    "analysis.track_every_n_epochs=1",
+    "analysis.track_images=8",
+]
 
 
 def tiny_overrides(root: Path) -> list[str]:
     """The smoke profile on a tiny synthetic set; 2 epochs; outputs under ``root``."""
-    return ["profile=smoke", *TINY_DATA, *TINY_ANALYSIS, "profile.epoch_scale=0.02", f"output_root={root}",
-            "trainer.enable_progress_bar=false"]
+    return [
+        "profile=smoke",
+        *TINY_DATA,
+        *TINY_ANALYSIS,
+        "profile.epoch_scale=0.02",
+        f"output_root={root}",
+        "trainer.enable_progress_bar=false",
+    ]
 
 
 @dataclass
@@ -37,8 +55,13 @@ class FittedRun:
     overrides: list[str]
 
 
-def fit(cfg: DictConfig, callback: AttentionAnalysis, wandb_dir: Path | None, ckpt_path: str | None = None,
-        max_epochs: int | None = None) -> tuple[L.Trainer, ImageDataModule]:
+def fit(
+    cfg: DictConfig,
+    callback: AttentionAnalysis,
+    wandb_dir: Path | None,
+    ckpt_path: str | None = None,
+    max_epochs: int | None = None,
+) -> tuple[L.Trainer, ImageDataModule]:
     """What train_rung does, with our callback and an offline W&B logger when ``wandb_dir`` is given."""
     from vitladder.training.axes import axis_callbacks
     from vitladder.training.run import build_module
@@ -52,10 +75,22 @@ def fit(cfg: DictConfig, callback: AttentionAnalysis, wandb_dir: Path | None, ck
     if wandb_dir is not None:
         loggers.append(WandbLogger(project="vitladder-tests", save_dir=str(wandb_dir), mode="offline"))
     trainer = L.Trainer(
-        max_epochs=max_epochs or scaled_epochs(cfg)[0], accelerator="cpu", devices=1, logger=loggers,
-        callbacks=[callback, ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
-                                             save_on_train_epoch_end=True), *axis_callbacks(), WandbAxes()],
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
+        max_epochs=max_epochs or scaled_epochs(cfg)[0],
+        accelerator="cpu",
+        devices=1,
+        logger=loggers,
+        callbacks=[
+            callback,
+            ModelCheckpoint(
+                dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0, save_on_train_epoch_end=True
+            ),
+            *axis_callbacks(),
+            WandbAxes(),
+        ],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=1,
         default_root_dir=str(run_dir),
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -82,8 +117,9 @@ def fitted_run(tmp_path_factory) -> FittedRun:
     paths = RunPaths(Path(cfg.run_dir))
     paths.root.mkdir(parents=True)
     paths.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    callback = AttentionAnalysis.from_config(cfg.analysis, out_dir=paths.root / "analysis", rung=cfg.rung,
-                                             patch_px=cfg.model.patch_size)
+    callback = AttentionAnalysis.from_config(
+        cfg.analysis, out_dir=paths.root / "analysis", rung=cfg.rung, patch_px=cfg.model.patch_size
+    )
     trainer, datamodule = fit(cfg, callback, wandb_dir=paths.root)
     save_model(trainer.lightning_module, paths, datamodule.classes, cfg)
     return FittedRun(cfg, paths.root, callback, trainer, datamodule, overrides)

@@ -106,8 +106,12 @@ def test_truncated_and_missing_checkpoints(fitted_run, tmp_path: Path, capsys) -
 def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"\x00not a checkpoint at all" * 10)
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "analyze.py"), str(garbage)],
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "analyze.py"), str(garbage)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -116,8 +120,9 @@ def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["model.pt", "last.ckpt"])
-def test_a_checkpoint_with_a_pickle_payload_runs_nothing(fitted_run, tmp_path: Path, capsys, payload_checkpoint,
-                                                         name: str) -> None:
+def test_a_checkpoint_with_a_pickle_payload_runs_nothing(
+    fitted_run, tmp_path: Path, capsys, payload_checkpoint, name: str
+) -> None:
     real = torch.load(fitted_run.run_dir / "checkpoints" / name, map_location="cpu", weights_only=True)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -15,14 +15,21 @@ from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.outputs import read_csv
 from vitladder.analysis.summary import analyse
 
-
-EXPECTED_FILES = {"heads.csv", "layers.csv", "tracking.csv", "distance.png", "entropy.png", "explainer.png",
-                  "cls_attention.png", "locality.png"}
+EXPECTED_FILES = {
+    "heads.csv",
+    "layers.csv",
+    "tracking.csv",
+    "distance.png",
+    "entropy.png",
+    "explainer.png",
+    "cls_attention.png",
+    "locality.png",
+}
 
 
 def test_history_covers_initialisation_and_every_epoch(fitted_run) -> None:
     history = fitted_run.callback.history
-    assert sorted({(r["epoch"], r["layer"]) for r in history}) == [(e, l) for e in range(3) for l in range(7)]
+    assert sorted({(r["epoch"], r["layer"]) for r in history}) == [(e, layer) for e in range(3) for layer in range(7)]
     assert all(0 < r["distance_px"] < 17 and 0 < r["entropy_nats"] <= 4.175 for r in history)
 
 
@@ -45,8 +52,11 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
 
 def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
     rows = list(csv.DictReader((fitted_run.run_dir / "metrics.csv").open()))
-    tracked = {float(row["epoch"]): float(row["track/layer1/distance_px"]) for row in rows
-               if row.get("track/layer1/distance_px")}
+    tracked = {
+        float(row["epoch"]): float(row["track/layer1/distance_px"])
+        for row in rows
+        if row.get("track/layer1/distance_px")
+    }
     history = {r["epoch"]: r["distance_px"] for r in fitted_run.callback.history if r["layer"] == 1}
     # epoch = epochs trained, as in the history: the point at initialisation is logged too, at epoch 0.
     assert tracked == pytest.approx({0: history[0], 1: history[1], 2: history[2]}, abs=1e-4)
@@ -58,14 +68,29 @@ def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:
     layer1 = fitted_run.callback.summary.layers["distance_px"][1].item()
     summary = run.summary
     assert summary["analysis/layer1/distance_px"] == pytest.approx(layer1, abs=1e-4)
-    for key in ("analysis/layer6/entropy_nats", "analysis/layer0/cls_share", "analysis/uniform_distance_px",
-                "analysis/heads.path", "analysis/figures/cls_attention.path", "analysis/distance_px_by_layer_table.path"):
+    for key in (
+        "analysis/layer6/entropy_nats",
+        "analysis/layer0/cls_share",
+        "analysis/uniform_distance_px",
+        "analysis/heads.path",
+        "analysis/figures/cls_attention.path",
+        "analysis/distance_px_by_layer_table.path",
+    ):
         assert key in summary, key
     # The final analysis is in the summary and in tables, never one-point scalar lines in the history.
     assert not [key for row in run.history for key in row if re.match(r"analysis/layer\d", key)]
     heads = run.table("analysis/heads")
-    assert heads["columns"] == ["rung", "rung_index", "seed", "layer", "head", "distance_px", "entropy_nats",
-                                "cls_share", "distance_drop_px"]
+    assert heads["columns"] == [
+        "rung",
+        "rung_index",
+        "seed",
+        "layer",
+        "head",
+        "distance_px",
+        "entropy_nats",
+        "cls_share",
+        "distance_drop_px",
+    ]
     assert len(heads["data"]) == 42 and {tuple(r[:3]) for r in heads["data"]} == {("patch4", 2, 0)}
     # Locality over training: every tracked epoch once, initialisation (epoch 0) included, against `epoch`.
     tracked = [row["epoch"] for row in run.history if "track/layer1/distance_px" in row]
@@ -89,11 +114,25 @@ def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_p
 
 
 def test_state_dict_round_trip_and_config() -> None:
-    cfg = OmegaConf.create({"enabled": True, "num_images": 10, "batch_size": 5, "example_image": 2,
-                            "track_every_n_epochs": 3, "track_images": 4})
+    cfg = OmegaConf.create(
+        {
+            "enabled": True,
+            "num_images": 10,
+            "batch_size": 5,
+            "example_image": 2,
+            "track_every_n_epochs": 3,
+            "track_images": 4,
+        }
+    )
     callback = AttentionAnalysis.from_config(cfg, out_dir=Path("x"), rung="warmup", patch_px=8)
-    assert (callback.num_images, callback.batch_size, callback.example_image, callback.track_every_n_epochs,
-            callback.track_images, callback.patch_px) == (10, 5, 2, 3, 4, 8)
+    assert (
+        callback.num_images,
+        callback.batch_size,
+        callback.example_image,
+        callback.track_every_n_epochs,
+        callback.track_images,
+        callback.patch_px,
+    ) == (10, 5, 2, 3, 4, 8)
     callback.history = [{"epoch": 0, "layer": 0, "distance_px": 1.0, "entropy_nats": 2.0}]
     other = AttentionAnalysis(out_dir="y", rung="warmup", patch_px=8)
     other.load_state_dict(callback.state_dict())

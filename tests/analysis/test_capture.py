@@ -14,9 +14,7 @@ DEPTH, HEADS, TOKENS = 7, 6, 65
 @pytest.fixture(scope="module")
 def model() -> VisionTransformer:
     torch.manual_seed(0)
-    vit = VisionTransformer(
-        img_size=32, patch_size=4, num_classes=10, embed_dim=48, depth=DEPTH, num_heads=HEADS
-    )
+    vit = VisionTransformer(img_size=32, patch_size=4, num_classes=10, embed_dim=48, depth=DEPTH, num_heads=HEADS)
     for blk in vit.blocks:  # force the fused path on, whatever timm's environment default is
         blk.attn.fused_attn = True
     return vit
@@ -64,9 +62,7 @@ def test_shapes_and_rows(model: VisionTransformer, images: torch.Tensor) -> None
 
 
 @pytest.mark.parametrize("layer", [0, 4])
-def test_attention_matches_hand_computation(
-    model: VisionTransformer, images: torch.Tensor, layer: int
-) -> None:
+def test_attention_matches_hand_computation(model: VisionTransformer, images: torch.Tensor, layer: int) -> None:
     blk = model.blocks[layer]
     inputs: list[torch.Tensor] = []
     handle = blk.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))

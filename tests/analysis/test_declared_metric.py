@@ -34,8 +34,15 @@ def self_share(attn: Tensor) -> Tensor:
     return attn[:, :, 1:, 1:].diagonal(dim1=-2, dim2=-1).float().mean(dim=(0, 2))
 
 
-TOY = HeadMetric("self_share", lambda attn, px: self_share(attn), "self share", "", "self", digits=3,
-                 uniform=lambda grid, px: 1 / (1 + grid * grid))
+TOY = HeadMetric(
+    "self_share",
+    lambda attn, px: self_share(attn),
+    "self share",
+    "",
+    "self",
+    digits=3,
+    uniform=lambda grid, px: 1 / (1 + grid * grid),
+)
 
 
 @pytest.fixture
@@ -72,8 +79,15 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     trainer = SimpleNamespace(datamodule=datamodule, current_epoch=0, is_global_zero=True, loggers=[])
     logged: dict = {}
     module = SimpleNamespace(model=model, log=lambda key, value, **_: logged.update({key: value}))
-    callback = AttentionAnalysis(tmp_path / "analysis", rung="patch8", patch_px=PATCH, num_images=5, batch_size=4,
-                                 track_every_n_epochs=1, track_images=6)
+    callback = AttentionAnalysis(
+        tmp_path / "analysis",
+        rung="patch8",
+        patch_px=PATCH,
+        num_images=5,
+        batch_size=4,
+        track_every_n_epochs=1,
+        track_images=6,
+    )
 
     callback.on_train_epoch_end(trainer, module)  # tracking: epoch 1
     callback.on_fit_end(trainer, module)  # the final analysis: CSVs and figures
@@ -144,5 +158,8 @@ def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMe
     assert [r[columns.index("self_share")] for r in patch8_rows] == pytest.approx([r["self_share"] for r in rows])
     assert "layer1_self_share" in tables["ladder"][0] and "layer1_self_share" in tables["runs"][0]
     assert charts()["report/self_share_by_layer"] == ("layers", "layer", "self_share", "rung", "self share by layer")
-    assert ("epoch", "track/layer1/self_share", "layer-1 self share during training (0 = initialisation)") \
-        in rung_lines()
+    assert (
+        "epoch",
+        "track/layer1/self_share",
+        "layer-1 self share during training (0 = initialisation)",
+    ) in rung_lines()

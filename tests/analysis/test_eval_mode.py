@@ -13,7 +13,6 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import torch
 from omegaconf import OmegaConf
 from torch import nn
@@ -49,11 +48,18 @@ def some_images(n: int, seed: int) -> torch.Tensor:
 def as_tensors(summary: AttentionSummary) -> dict[str, object]:
     example = summary.example
     return {
-        "heads": torch.stack([summary.heads["distance_px"], summary.heads["entropy_nats"], summary.heads["cls_share"],
-                              summary.heads["distance_drop_px"]]),
+        "heads": torch.stack(
+            [
+                summary.heads["distance_px"],
+                summary.heads["entropy_nats"],
+                summary.heads["cls_share"],
+                summary.heads["distance_drop_px"],
+            ]
+        ),
         "meta": (summary.grid, summary.patch_px, summary.num_images),
-        "example": None if example is None else torch.cat([example.cls_maps.flatten(), example.rollout,
-                                                           example.rollout_by_layer.flatten()]),
+        "example": None
+        if example is None
+        else torch.cat([example.cls_maps.flatten(), example.rollout, example.rollout_by_layer.flatten()]),
         "example_meta": None if example is None else (example.index, example.label, example.predicted),
     }
 
@@ -112,8 +118,16 @@ def stub_trainer(epoch: int = 0) -> SimpleNamespace:
 
 
 def make_callback(out_dir: Path) -> AttentionAnalysis:
-    return AttentionAnalysis(out_dir, rung="stochastic_depth", patch_px=PATCH, num_images=7, batch_size=4,
-                             example_image=3, track_every_n_epochs=1, track_images=5)
+    return AttentionAnalysis(
+        out_dir,
+        rung="stochastic_depth",
+        patch_px=PATCH,
+        num_images=7,
+        batch_size=4,
+        example_image=3,
+        track_every_n_epochs=1,
+        track_images=5,
+    )
 
 
 def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images(tmp_path: Path) -> None:
@@ -163,30 +177,58 @@ def analyze_main():
 
 
 def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path, monkeypatch) -> None:
-    cfg = compose_rung("stochastic_depth", [
-        "profile=smoke", "data=synthetic", "data.num_train=40", "data.num_test=30", "data.val_size=8",
-        "data.train_subset=null", "data.test_subset=null", f"output_root={tmp_path}", f"model.patch_size={PATCH}",
-        f"model.embed_dim={CONFIG.embed_dim}", f"model.depth={CONFIG.depth}",
-        f"model.drop_path_rate={CONFIG.drop_path_rate}", "analysis.example_image=1"])
+    cfg = compose_rung(
+        "stochastic_depth",
+        [
+            "profile=smoke",
+            "data=synthetic",
+            "data.num_train=40",
+            "data.num_test=30",
+            "data.val_size=8",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            f"output_root={tmp_path}",
+            f"model.patch_size={PATCH}",
+            f"model.embed_dim={CONFIG.embed_dim}",
+            f"model.depth={CONFIG.depth}",
+            f"model.drop_path_rate={CONFIG.drop_path_rate}",
+            "analysis.example_image=1",
+        ],
+    )
     run = Path(cfg.run_dir)
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    torch.save({"format": "vitladder-model/1", "vit_config": CONFIG.to_dict(), "state_dict": stochastic_vit().state_dict(),
-                "classes": [f"c{k}" for k in range(10)], "rung": cfg.rung, "ladder": cfg.ladder},
-               run / "checkpoints" / "model.pt")
+    torch.save(
+        {
+            "format": "vitladder-model/1",
+            "vit_config": CONFIG.to_dict(),
+            "state_dict": stochastic_vit().state_dict(),
+            "classes": [f"c{k}" for k in range(10)],
+            "rung": cfg.rung,
+            "ladder": cfg.ladder,
+        },
+        run / "checkpoints" / "model.pt",
+    )
 
     # The script must not rely on the loader's eval(): hand it the model in train mode.
     import vitladder.analysis.checkpoint as checkpoint
 
     load_model = checkpoint.load_model
     monkeypatch.setattr(checkpoint, "load_model", lambda path: (lambda m, meta: (m.train(), meta))(*load_model(path)))
-    out = analyze_main()([str(run), "--images", "6", "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "a")])
+    out = analyze_main()(
+        [str(run), "--images", "6", "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "a")]
+    )
     assert checkpoint.load_model is not load_model  # the script really read the model through the patch
 
     images, labels, _ = run_test_split(cfg)
     reference = eval_reference(images[:6], batch_size=4, labels=labels[:6], example_index=1)
-    values = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])]
-                           for r in read_csv(out / "heads.csv")])  # (L * H, 3), layer-major
-    expected = torch.stack([reference.heads["distance_px"], reference.heads["entropy_nats"],
-                            reference.heads["cls_share"]], dim=-1).reshape(-1, 3)
+    values = torch.tensor(
+        [
+            [float(r["distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])]
+            for r in read_csv(out / "heads.csv")
+        ]
+    )  # (L * H, 3), layer-major
+    expected = torch.stack(
+        [reference.heads["distance_px"], reference.heads["entropy_nats"], reference.heads["cls_share"]], dim=-1
+    ).reshape(-1, 3)
     assert torch.allclose(values, expected, atol=2e-6)  # the CSV rounds to 6 decimals

@@ -70,14 +70,20 @@ def test_class_names_in_the_example_title_are_plain_one_line_text(
     figs = capture_figures(monkeypatch, render=False)  # the title is what matters here: no need to draw again
     wrong = replace(summary, example=replace(summary.example, label=0, predicted=1))
     write_analysis(wrong, tmp_path / "long", "patch4", ["new\nline", "x" * 300])
-    assert figs[-1].get_suptitle() == \
-        f"patch4: CLS attention, test image 2 (true new\\nline, predicted {'x' * (CLASS_NAME_CHARS - 1)}…)"
+    assert (
+        figs[-1].get_suptitle()
+        == f"patch4: CLS attention, test image 2 (true new\\nline, predicted {'x' * (CLASS_NAME_CHARS - 1)}…)"
+    )
 
 
 def test_every_figure_shows_titles_and_labels_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figs = capture_figures(monkeypatch)
     text = " ".join(HOSTILE[:-1])
-    history = [{"epoch": e, "layer": l, "distance_px": 10.0 + l, "entropy_nats": 3.0} for e in range(2) for l in range(2)]
+    history = [
+        {"epoch": e, "layer": layer, "distance_px": 10.0 + layer, "entropy_nats": 3.0}
+        for e in range(2)
+        for layer in range(2)
+    ]
     figures.plot_heads(np.full((7, 6), 0.5), 0.5, text, text, tmp_path / "heads.png")
     figures.plot_layer_lines({text: [1.0, 2.0]}, {text + " ref": 1.5}, text, text, tmp_path / "lines.png")
     figures.plot_tracking(history, {"distance_px": 16.0, "entropy_nats": 4.0}, text, tmp_path / "tracking.png")
@@ -109,12 +115,24 @@ def test_a_run_on_class_folders_named_like_maths_and_markup_finishes(
             for i in range(n):
                 (root / split / name / f"{i}.png").write_bytes(png_noise(100 * k + 10 * (split == "test") + i))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    cfg = compose_rung("patch8", [
-        "profile=smoke", "data=imagefolder", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
-        "data.val_size=4", "data.train_subset=null", "data.test_subset=null", "data.batch_size=10",
-        f"output_root={tmp_path / 'out'}", "trainer.enable_progress_bar=false", "analysis.num_images=8",
-        "analysis.batch_size=8", "analysis.track_every_n_epochs=0",
-    ])
+    cfg = compose_rung(
+        "patch8",
+        [
+            "profile=smoke",
+            "data=imagefolder",
+            f"data.root={root}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "data.val_size=4",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            "data.batch_size=10",
+            f"output_root={tmp_path / 'out'}",
+            "trainer.enable_progress_bar=false",
+            "analysis.num_images=8",
+            "analysis.batch_size=8",
+            "analysis.track_every_n_epochs=0",
+        ],
+    )
     summary = train_rung(cfg)
     paths = RunPaths(Path(cfg.run_dir))
     assert paths.model.is_file() and paths.done.is_file() and summary["epochs"] == 1

@@ -105,7 +105,9 @@ def test_uniform_entropy(grid: int, tokens: int, expected: float) -> None:
     attn = torch.full((2, 6, tokens, tokens), 1.0 / tokens)  # uniform over all T keys
     assert torch.allclose(attention_entropy(attn), torch.full((6,), math.log(tokens)), atol=1e-5)
     assert torch.allclose(cls_share(attn), torch.full((6,), 1.0 / tokens))
-    assert torch.allclose(mean_attention_distance(attn, 32 / grid), torch.full((6,), uniform_distance(grid, 32 / grid)), atol=1e-3)
+    assert torch.allclose(
+        mean_attention_distance(attn, 32 / grid), torch.full((6,), uniform_distance(grid, 32 / grid)), atol=1e-3
+    )
 
 
 # --- synthetic heads --------------------------------------------------------------------
@@ -172,7 +174,9 @@ def test_cls_share_and_conventions() -> None:
     renorm = mean_attention_distance(attn, 4)
     dropped = mean_attention_distance(attn, 4, cls_convention="drop")
     # Renormalising undoes the CLS share exactly; dropping keeps the 0.7 patch share.
-    assert torch.allclose(renorm, mean_attention_distance(attention_tensor(["uniform", "local", "far"], 8), 4), atol=1e-5)
+    assert torch.allclose(
+        renorm, mean_attention_distance(attention_tensor(["uniform", "local", "far"], 8), 4), atol=1e-5
+    )
     assert torch.allclose(dropped, 0.7 * renorm, atol=1e-5)
     # Entropy over all T keys counts CLS: 0.3 on CLS + 0.7 spread over 8 neighbours.
     row, col = EXPLAINER_PATCH

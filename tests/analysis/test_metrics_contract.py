@@ -23,8 +23,13 @@ def test_cls_share_averages_every_patch_query() -> None:
 
 def test_the_maths_runs_on_the_attentions_device() -> None:
     attn = torch.full((2, 3, 5, 5), 0.2, device="meta")  # (B, H, T, T)
-    for value in (mean_attention_distance(attn, 4), mean_attention_distance(attn, 4, "drop"),
-                  attention_entropy(attn), cls_share(attn), attention_rollout([attn, attn])):
+    for value in (
+        mean_attention_distance(attn, 4),
+        mean_attention_distance(attn, 4, "drop"),
+        attention_entropy(attn),
+        cls_share(attn),
+        attention_rollout([attn, attn]),
+    ):
         assert value.device.type == "meta"
 
 
@@ -50,7 +55,9 @@ def test_analyse_defaults_to_the_first_image_as_its_example_and_none_when_asked(
     assert analyse(model, batch, batch_size=2, patch_px=8, example_index=None).example is None
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(3, 32, 32, dtype=torch.uint8), torch.zeros(0, 3, 32, 32, dtype=torch.uint8)])
+@pytest.mark.parametrize(
+    "bad", [torch.zeros(3, 32, 32, dtype=torch.uint8), torch.zeros(0, 3, 32, 32, dtype=torch.uint8)]
+)
 def test_analyse_refuses_anything_but_a_batch_of_uint8_images(bad: torch.Tensor) -> None:
     with pytest.raises(ValueError, match=r"^expected \(N, 3, H, W\) uint8 images with N > 0"):
         analyse(tiny_vit(), bad, batch_size=2, patch_px=8)

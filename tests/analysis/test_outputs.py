@@ -33,8 +33,11 @@ def summary() -> AttentionSummary:
 
 
 def history() -> list[dict]:
-    return [{"epoch": e, "layer": l, "distance_px": 16.0 - e * l / 4, "entropy_nats": 4.1 - e * 0.1}
-            for e in range(3) for l in range(7)]
+    return [
+        {"epoch": e, "layer": layer, "distance_px": 16.0 - e * layer / 4, "entropy_nats": 4.1 - e * 0.1}
+        for e in range(3)
+        for layer in range(7)
+    ]
 
 
 def assert_real_png(path: Path, min_side: int = 200) -> None:
@@ -47,8 +50,16 @@ def assert_real_png(path: Path, min_side: int = 200) -> None:
 
 def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None:
     files = write_analysis(summary, tmp_path, "patch4", CLASSES, history())
-    expected = {"heads.csv", "layers.csv", "tracking.csv", "distance.png", "entropy.png", "explainer.png",
-                "cls_attention.png", "locality.png"}
+    expected = {
+        "heads.csv",
+        "layers.csv",
+        "tracking.csv",
+        "distance.png",
+        "entropy.png",
+        "explainer.png",
+        "cls_attention.png",
+        "locality.png",
+    }
     assert {p.name for p in files.values()} == expected
     assert {p.name for p in tmp_path.iterdir()} == expected  # no temporary files left behind
 
@@ -56,13 +67,13 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
     assert len(heads) == 42
     assert list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert tuple(heads[0]) == heads_columns()
-    assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(l, h) for l in range(7) for h in range(6)]
+    assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(layer, h) for layer in range(7) for h in range(6)]
     assert float(heads[13]["distance_px"]) == pytest.approx(float(summary.heads["distance_px"][2, 1]), abs=1e-5)
 
     layers = read_csv(tmp_path / "layers.csv")
     assert len(layers) == 7 and tuple(layers[0]) == layers_columns()
-    for l, row in enumerate(layers):
-        head_mean = sum(float(r["entropy_nats"]) for r in heads if int(r["layer"]) == l) / 6
+    for layer, row in enumerate(layers):
+        head_mean = sum(float(r["entropy_nats"]) for r in heads if int(r["layer"]) == layer) / 6
         assert float(row["entropy_nats"]) == pytest.approx(head_mean, abs=1e-5)
         assert float(row["uniform_distance_px"]) == pytest.approx(16.5459, abs=1e-4)
         assert float(row["uniform_entropy_nats"]) == pytest.approx(4.174387, abs=1e-5)
@@ -75,11 +86,17 @@ def test_write_analysis_files(tmp_path: Path, summary: AttentionSummary) -> None
 
 
 def test_without_history_or_example_fewer_files(tmp_path: Path, summary: AttentionSummary) -> None:
-    bare = AttentionSummary(summary.heads, summary.patch_px, summary.grid, summary.num_images, summary.uniform,
-                            example=None)
+    bare = AttentionSummary(
+        summary.heads, summary.patch_px, summary.grid, summary.num_images, summary.uniform, example=None
+    )
     files = write_analysis(bare, tmp_path, "patch4")
-    assert {p.name for p in files.values()} == {"heads.csv", "layers.csv", "distance.png", "entropy.png",
-                                                "explainer.png"}
+    assert {p.name for p in files.values()} == {
+        "heads.csv",
+        "layers.csv",
+        "distance.png",
+        "entropy.png",
+        "explainer.png",
+    }
     assert read_tracking(tmp_path) == []
 
 
@@ -98,8 +115,9 @@ def test_one_name_per_quantity_and_older_folders_still_read(tmp_path: Path, summ
     assert tracking_columns() == ("epoch", "layer", "distance_px", "entropy_nats")
     (tmp_path / "layers.csv").write_text("layer,mean_distance_px,entropy_nats,mean_distance_drop_px\n1,12.5,3.1,11.0\n")
     (tmp_path / "tracking.csv").write_text("epoch,layer,distance,entropy\n0,1,16.5,4.17\n")
-    assert read_analysis_csv(tmp_path / "layers.csv") == [{"layer": "1", "distance_px": "12.5", "entropy_nats": "3.1",
-                                                           "distance_drop_px": "11.0"}]
+    assert read_analysis_csv(tmp_path / "layers.csv") == [
+        {"layer": "1", "distance_px": "12.5", "entropy_nats": "3.1", "distance_drop_px": "11.0"}
+    ]
     assert read_tracking(tmp_path) == [{"epoch": 0, "layer": 1, "distance_px": 16.5, "entropy_nats": 4.17}]
     files = write_analysis(summary, tmp_path / "again", "patch4", CLASSES, read_tracking(tmp_path))
     assert read_csv(files["tracking"]) == [{"epoch": "0", "layer": "1", "distance_px": "16.5", "entropy_nats": "4.17"}]

@@ -29,8 +29,12 @@ def images() -> torch.Tensor:
 
 def test_shapes_and_layer_means(images: torch.Tensor) -> None:
     summary = analyse(tiny_vit(), images, batch_size=3, patch_px=4)
-    for values in (summary.heads["distance_px"], summary.heads["entropy_nats"], summary.heads["cls_share"],
-                   summary.heads["distance_drop_px"]):
+    for values in (
+        summary.heads["distance_px"],
+        summary.heads["entropy_nats"],
+        summary.heads["cls_share"],
+        summary.heads["distance_drop_px"],
+    ):
         assert values.shape == (7, 6)
     assert summary.layers["distance_px"].shape == (7,)
     assert torch.allclose(summary.layers["distance_px"], summary.heads["distance_px"].mean(dim=1))
@@ -53,10 +57,11 @@ def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
         assert torch.allclose(got.heads["distance_px"], direct, atol=1e-4)
         assert torch.allclose(got.heads["entropy_nats"], torch.stack([attention_entropy(a) for a in maps]), atol=1e-5)
         assert torch.allclose(got.heads["cls_share"], torch.stack([cls_share(a) for a in maps]), atol=1e-6)
-        assert torch.allclose(got.heads["distance_drop_px"], torch.stack([mean_attention_distance(a, 4, "drop")
-                                                                       for a in maps]), atol=1e-4)
+        assert torch.allclose(
+            got.heads["distance_drop_px"], torch.stack([mean_attention_distance(a, 4, "drop") for a in maps]), atol=1e-4
+        )
     # an unweighted mean of the three batch means would differ: the last batch holds one image
-    per_batch = [analyse(model, images[i:i + 3], 3, 4, example_index=None).heads["distance_px"] for i in (0, 3, 6)]
+    per_batch = [analyse(model, images[i : i + 3], 3, 4, example_index=None).heads["distance_px"] for i in (0, 3, 6)]
     assert not torch.allclose(torch.stack(per_batch).mean(0), direct, atol=1e-4)
 
 
@@ -108,11 +113,14 @@ def test_rejects_float_images() -> None:
         analyse(tiny_vit(), torch.zeros(2, 3, 32, 32), batch_size=2, patch_px=4)
 
 
-@pytest.mark.parametrize("kind, distance, entropy", [
-    ("local", 2 + 2 * math.sqrt(2), math.log(8)),  # 4 neighbours at 4 px, 4 at 4*sqrt(2)
-    ("uniform", 13.3, math.log(64)),  # docs/design.md §4: 13.3 px for this patch alone
-    ("self", 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "kind, distance, entropy",
+    [
+        ("local", 2 + 2 * math.sqrt(2), math.log(8)),  # 4 neighbours at 4 px, 4 at 4*sqrt(2)
+        ("uniform", 13.3, math.log(64)),  # docs/design.md §4: 13.3 px for this patch alone
+        ("self", 0.0, 0.0),
+    ],
+)
 def test_query_metrics_of_the_explainer_patch(kind: str, distance: float, entropy: float) -> None:
     row, col = EXPLAINER_PATCH
     got = query_metrics(head_row(kind, 8, row, col), grid=8, patch_px=4, query=row * 8 + col)

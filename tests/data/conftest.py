@@ -9,6 +9,7 @@ import pytest
 
 from vitladder.data.sources import ImageSplits, load_image_folder
 
+
 @pytest.fixture(scope="session")
 def cifar10_jpeg(cifar10_archive: Path, cifar10_cache_dir: Path) -> ImageSplits:
     """The real archive's 50,000 train / 10,000 test images: ~15-20 s the first time, then ~0.3 s."""

@@ -12,8 +12,18 @@ from vitladder.data.device_batches import DeviceBatches
 
 def augmented(images: torch.Tensor, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1) -> torch.Tensor:
     """The epoch's augmented images in file order (no shuffle): only the augmentation varies."""
-    batches = DeviceBatches(images, torch.arange(len(images)), 8, shuffle=False, augment=True, crop_padding=4,
-                            flip=True, seed=seed, rank=rank, world_size=world_size)
+    batches = DeviceBatches(
+        images,
+        torch.arange(len(images)),
+        8,
+        shuffle=False,
+        augment=True,
+        crop_padding=4,
+        flip=True,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+    )
     batches.set_epoch(epoch)
     return torch.cat([x for x, _ in batches])
 
@@ -39,8 +49,10 @@ def test_ranks_augment_their_shards_differently() -> None:
 
 def test_one_sample_is_evaluated_once_over_two_ranks() -> None:
     images, labels = torch.zeros(1, 3, 4, 4, dtype=torch.uint8), torch.zeros(1, dtype=torch.long)
-    counts = [[len(y) for _, y in DeviceBatches(images, labels, 4, shuffle=False, augment=False, rank=rank,
-                                                world_size=2)] for rank in range(2)]
+    counts = [
+        [len(y) for _, y in DeviceBatches(images, labels, 4, shuffle=False, augment=False, rank=rank, world_size=2)]
+        for rank in range(2)
+    ]
     assert counts == [[1], []]  # no wrap-around padding: the image is counted once, not twice
 
 

@@ -53,6 +53,7 @@ def test_same_seed_and_epoch_give_the_same_batches() -> None:
 
     reference = epoch_batches(seed=0, epoch=5)
     assert same(reference, epoch_batches(seed=0, epoch=5))  # a resumed run replays it exactly
+
     def order(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
         return torch.cat([y for _, y in batches]).tolist()
 
@@ -92,7 +93,8 @@ def test_the_epoch_set_last_is_the_one_iterated() -> None:
 
 
 @pytest.mark.parametrize(
-    "n, batch_size, drop_last", [(10, 4, False), (10, 4, True), (12, 4, True), (3, 8, False), (3, 8, True), (0, 4, False)]
+    "n, batch_size, drop_last",
+    [(10, 4, False), (10, 4, True), (12, 4, True), (3, 8, False), (3, 8, True), (0, 4, False)],
 )
 def test_len_matches_iteration(n: int, batch_size: int, drop_last: bool) -> None:
     images, labels = dataset(n)
@@ -110,8 +112,9 @@ def test_training_shards_are_equal_and_disjoint(n: int, world_size: int) -> None
     images, labels = dataset(n)
     shards = []
     for rank in range(world_size):
-        batches = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=7, drop_last=True, rank=rank,
-                                world_size=world_size)
+        batches = DeviceBatches(
+            images, labels, 8, shuffle=True, augment=False, seed=7, drop_last=True, rank=rank, world_size=world_size
+        )
         batches.set_epoch(2)
         shards.append(visited(batches))
         assert len(list(batches)) == len(batches)

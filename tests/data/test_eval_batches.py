@@ -12,9 +12,22 @@ from vitladder.data.datamodule import ImageDataModule
 
 
 def datamodule(rung: str, tmp_path, *overrides: str) -> ImageDataModule:
-    cfg = compose_rung(rung, ["profile=smoke", "data=synthetic", "data.num_train=90", "data.num_test=50",
-                              "data.val_size=30", "data.train_subset=null", "data.test_subset=null",
-                              "data.batch_size=16", "seed=3", f"output_root={tmp_path}", *overrides])
+    cfg = compose_rung(
+        rung,
+        [
+            "profile=smoke",
+            "data=synthetic",
+            "data.num_train=90",
+            "data.num_test=50",
+            "data.val_size=30",
+            "data.train_subset=null",
+            "data.test_subset=null",
+            "data.batch_size=16",
+            "seed=3",
+            f"output_root={tmp_path}",
+            *overrides,
+        ],
+    )
     module = ImageDataModule(cfg.data, seed=int(cfg.seed))
     module.setup()
     return module
@@ -37,11 +50,15 @@ def test_validation_and_test_batches_are_never_augmented(rung: str, tmp_path) ->
             assert torch.equal(images, normalize(split.images)), "augmentation reached an evaluation batch"
 
 
-@pytest.mark.parametrize("rung, overrides, augmented", [
-    ("patch8", [], False), ("augment", [], True),
-    ("patch8", ["data.random_crop_padding=1"], True),  # a crop alone, however small
-    ("patch8", ["data.horizontal_flip=true"], True),  # a flip alone
-])
+@pytest.mark.parametrize(
+    "rung, overrides, augmented",
+    [
+        ("patch8", [], False),
+        ("augment", [], True),
+        ("patch8", ["data.random_crop_padding=1"], True),  # a crop alone, however small
+        ("patch8", ["data.horizontal_flip=true"], True),  # a flip alone
+    ],
+)
 def test_training_batches_are_augmented_only_when_the_config_asks(rung, overrides, augmented, tmp_path) -> None:
     dm = datamodule(rung, tmp_path, *overrides)
     loader = dm.train_dataloader()

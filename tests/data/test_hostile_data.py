@@ -133,8 +133,15 @@ def test_a_2gib_member_of_a_tiny_xz_is_refused_at_its_header(tmp_path: Path, nam
     archive.write_bytes(lzma.compress(header + bytes(MIB)))  # the data is cut short: a reader would notice
     assert archive.stat().st_size < 4096
     started = time.perf_counter()
-    message = one_line_error(archive, tmp_path / "cache", f"member {name}", "2048.0 MiB", "over the 4 MiB limit",
-                             "refused unread", "data.max_file_mib")
+    message = one_line_error(
+        archive,
+        tmp_path / "cache",
+        f"member {name}",
+        "2048.0 MiB",
+        "over the 4 MiB limit",
+        "refused unread",
+        "data.max_file_mib",
+    )
     assert time.perf_counter() - started < 1.0, message
 
 
@@ -225,9 +232,12 @@ def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(root / "train" / "dog" / "0009.png")
     with deadline(20):
         one_line_error(root, tmp_path / "cache", "train/dog/0009.png", "not a regular file (a FIFO)")
-    archive = raw_tar(tmp_path / "d.tar", *[member(f"train/{c}/0.png", png(1)) for c in ("a", "b")],
-                      *[member(f"test/{c}/0.png", png(1)) for c in ("a", "b")],
-                      member("train/b/1.png", kind=tarfile.FIFOTYPE))
+    archive = raw_tar(
+        tmp_path / "d.tar",
+        *[member(f"train/{c}/0.png", png(1)) for c in ("a", "b")],
+        *[member(f"test/{c}/0.png", png(1)) for c in ("a", "b")],
+        member("train/b/1.png", kind=tarfile.FIFOTYPE),
+    )
     one_line_error(archive, tmp_path / "cache", "train/b/1.png", "not a regular file (a FIFO)")
 
 
@@ -236,8 +246,9 @@ def test_a_link_to_dev_zero_is_refused_unread(tmp_path: Path, monkeypatch: pytes
     os.symlink("/dev/zero", root / "test" / "cat" / "0009.png")
     forbid_opening(monkeypatch, Path("/dev/zero"))
     with deadline(20):
-        one_line_error(root, tmp_path / "cache", "test/cat/0009.png",
-                       "not a regular file (a link to a character device)")
+        one_line_error(
+            root, tmp_path / "cache", "test/cat/0009.png", "not a regular file (a link to a character device)"
+        )
 
 
 @pytest.mark.parametrize("kind", ["dangling", "loop", "folder loop"])
@@ -293,19 +304,31 @@ def test_a_folder_with_links_and_its_archives_give_the_same_arrays(tmp_path: Pat
 
 def test_links_an_archive_cannot_follow_are_refused_with_a_count(tmp_path: Path) -> None:
     layout = [member(f"{split}/{c}/0.png", png(1)) for split in ("train", "test") for c in ("a", "b")]
-    links = [member("train/a/1.png", kind=tarfile.SYMTYPE, target="/etc/passwd"),
-             member("train/a/2.png", kind=tarfile.SYMTYPE, target="../../../outside.png"),
-             member("train/b/3.png", kind=tarfile.SYMTYPE, target="nothing.png"),
-             member("test/b/4.png", kind=tarfile.LNKTYPE, target="train/b/gone.png")]
+    links = [
+        member("train/a/1.png", kind=tarfile.SYMTYPE, target="/etc/passwd"),
+        member("train/a/2.png", kind=tarfile.SYMTYPE, target="../../../outside.png"),
+        member("train/b/3.png", kind=tarfile.SYMTYPE, target="nothing.png"),
+        member("test/b/4.png", kind=tarfile.LNKTYPE, target="train/b/gone.png"),
+    ]
     archive = raw_tar(tmp_path / "d.tar.xz", *layout, *links)
-    one_line_error(archive, tmp_path / "cache",
-                   "test/b/4.png is a link to train/b/gone.png, which is not in the archive",
-                   "4 links in all cannot be followed", "inside the archive")
-    loop = [member("train/a/5.png", kind=tarfile.SYMTYPE, target="6.png"),
-            member("train/a/6.png", kind=tarfile.SYMTYPE, target="5.png")]
+    one_line_error(
+        archive,
+        tmp_path / "cache",
+        "test/b/4.png is a link to train/b/gone.png, which is not in the archive",
+        "4 links in all cannot be followed",
+        "inside the archive",
+    )
+    loop = [
+        member("train/a/5.png", kind=tarfile.SYMTYPE, target="6.png"),
+        member("train/a/6.png", kind=tarfile.SYMTYPE, target="5.png"),
+    ]
     with deadline(20):
-        one_line_error(raw_tar(tmp_path / "loop.tar", *layout, *loop), tmp_path / "cache",
-                       "train/a/5.png is a symlink loop", "2 links in all")
+        one_line_error(
+            raw_tar(tmp_path / "loop.tar", *layout, *loop),
+            tmp_path / "cache",
+            "train/a/5.png is a symlink loop",
+            "2 links in all",
+        )
     outside = raw_tar(tmp_path / "out.tar", *layout, links[0])
     one_line_error(outside, tmp_path / "cache", "train/a/1.png is a link to /etc/passwd, outside the archive")
 

@@ -14,8 +14,13 @@ from vitladder.errors import DataError
 
 
 def same_splits(a, b) -> bool:
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("train_images", "train_labels", "test_images",
-                                                                   "test_labels")) and a.classes == b.classes
+    return (
+        all(
+            torch.equal(getattr(a, f), getattr(b, f))
+            for f in ("train_images", "train_labels", "test_images", "test_labels")
+        )
+        and a.classes == b.classes
+    )
 
 
 def test_synthetic_data_is_the_set_of_its_sizes_and_seed() -> None:
@@ -32,13 +37,24 @@ def test_cifar10_and_image_folders_are_read_from_the_configured_paths(monkeypatc
     monkeypatch.setattr(datamodule_module, "load_cifar10", lambda *a, **k: calls.append(("cifar10", a, k)))
     monkeypatch.setattr(datamodule_module, "load_image_folder", lambda *a, **k: calls.append(("folder", a, k)))
     load_source(OmegaConf.create({"source": "cifar10", "root": str(tmp_path / "data")}))
-    load_source(OmegaConf.create({"source": "imagefolder", "root": str(tmp_path / "imgs"),
-                                  "cache_dir": str(tmp_path / "cache"), "max_file_mib": 7}))
-    assert calls == [("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
-                     ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "cache", "max_file_mib": 7})]
+    load_source(
+        OmegaConf.create(
+            {
+                "source": "imagefolder",
+                "root": str(tmp_path / "imgs"),
+                "cache_dir": str(tmp_path / "cache"),
+                "max_file_mib": 7,
+            }
+        )
+    )
+    assert calls == [
+        ("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
+        ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "cache", "max_file_mib": 7}),
+    ]
 
 
 def test_an_unknown_source_is_one_clear_error() -> None:
-    with pytest.raises(DataError, match="^unknown data source 'mnist': use data=cifar10, data=imagefolder or "
-                                        "data=synthetic$"):
+    with pytest.raises(
+        DataError, match="^unknown data source 'mnist': use data=cifar10, data=imagefolder or data=synthetic$"
+    ):
         load_source(OmegaConf.create({"source": "mnist"}))

@@ -54,6 +54,7 @@ def test_synthetic_classes_share_colour_but_differ_in_space_and_survive_flips() 
     # Mean colour is the same law for every class: class means agree within sampling noise.
     class_means = torch.stack([s.train_images[s.train_labels == k].float().mean((0, 2, 3)) for k in range(10)])
     assert (class_means.amax(0) - class_means.amin(0)).max() < 8  # of 255
+
     # ...so a colour-only classifier is at chance,
     def colour(x: torch.Tensor) -> torch.Tensor:
         return x.float().mean((2, 3))  # (N, 3)
@@ -371,9 +372,19 @@ def test_cifar10_keeps_the_official_test_order_for_the_analysis_and_the_demo(
     assert test.images[:, 0, 0, 0].tolist() == list(range(25)), "the first N test images are the published ones"
 
     # What the analysis reads (the datamodule's test split) and what the demo exports (test_split): both in order.
-    data = OmegaConf.create({"source": "cifar10", "root": str(tmp_path), "batch_size": 8, "val_size": 10,
-                             "split_seed": 3, "train_subset": None, "test_subset": None, "random_crop_padding": 0,
-                             "horizontal_flip": False})
+    data = OmegaConf.create(
+        {
+            "source": "cifar10",
+            "root": str(tmp_path),
+            "batch_size": 8,
+            "val_size": 10,
+            "split_seed": 3,
+            "train_subset": None,
+            "test_subset": None,
+            "random_crop_padding": 0,
+            "horizontal_flip": False,
+        }
+    )
     datamodule = ImageDataModule(data)
     datamodule.setup()
     assert datamodule.test.images[:, 0, 0, 0].tolist() == list(range(40))
@@ -381,8 +392,9 @@ def test_cifar10_keeps_the_official_test_order_for_the_analysis_and_the_demo(
     assert images[0, 0, 0, 0] == 0, "the demo's image 0 is the official first test image"
 
     # Sources grouped by class keep the seeded shuffle, so the first N are a sample of every class.
-    grouped = ImageSplits(splits.train_images, splits.train_labels, splits.test_images, splits.test_labels,
-                          splits.classes)
+    grouped = ImageSplits(
+        splits.train_images, splits.train_labels, splits.test_images, splits.test_labels, splits.classes
+    )
     _, _, shuffled = split_train_val_test(grouped, val_size=10, split_seed=3, train_subset=None, test_subset=None)
     order = shuffled.images[:, 0, 0, 0].tolist()
     assert sorted(order) == list(range(40)) and order != list(range(40))

@@ -34,8 +34,10 @@ def indexed_source(n_train: int, n_test: int, classes: int = 10):
     from vitladder.data.sources import ImageSplits
 
     return ImageSplits(
-        indexed_images(n_train), torch.arange(n_train) % classes,
-        indexed_images(n_test), torch.arange(n_test) * classes // n_test,
+        indexed_images(n_train),
+        torch.arange(n_train) % classes,
+        indexed_images(n_test),
+        torch.arange(n_test) * classes // n_test,
         tuple(f"c{k}" for k in range(classes)),
     )
 
@@ -47,10 +49,12 @@ def ids(split: Split, source_labels: torch.Tensor) -> list[int]:
     return index.tolist()
 
 
-def split(source, val_size: int, split_seed: int = 0, train_subset: int | None = None,
-          test_subset: int | None = None) -> tuple[list[int], list[int], list[int]]:
-    train, val, test = split_train_val_test(source, val_size=val_size, split_seed=split_seed,
-                                            train_subset=train_subset, test_subset=test_subset)
+def split(
+    source, val_size: int, split_seed: int = 0, train_subset: int | None = None, test_subset: int | None = None
+) -> tuple[list[int], list[int], list[int]]:
+    train, val, test = split_train_val_test(
+        source, val_size=val_size, split_seed=split_seed, train_subset=train_subset, test_subset=test_subset
+    )
     return ids(train, source.train_labels), ids(val, source.train_labels), ids(test, source.test_labels)
 
 
@@ -136,18 +140,40 @@ OTHER_SEEDS = ["seed=1", "data.split_seed=2"]
 @pytest.fixture
 def imagefolder_cfg(tmp_path: Path):
     root = write_image_folder(tmp_path / "images")
-    return compose_rung("patch4", ["profile=smoke", "data=imagefolder", f"data.root={root}",
-                                   f"data.cache_dir={tmp_path / 'cache'}", "data.val_size=4", "data.batch_size=8",
-                                   "data.train_subset=null", "data.test_subset=10", f"output_root={tmp_path}",
-                                   *OTHER_SEEDS])
+    return compose_rung(
+        "patch4",
+        [
+            "profile=smoke",
+            "data=imagefolder",
+            f"data.root={root}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "data.val_size=4",
+            "data.batch_size=8",
+            "data.train_subset=null",
+            "data.test_subset=10",
+            f"output_root={tmp_path}",
+            *OTHER_SEEDS,
+        ],
+    )
 
 
 @pytest.fixture
 def synthetic_cfg(tmp_path: Path):
-    return compose_rung("patch4", ["profile=smoke", "data=synthetic", "data.num_train=40", "data.num_test=30",
-                                   "data.val_size=8", "data.batch_size=8", "data.train_subset=20",
-                                   "data.test_subset=12",
-                                   f"output_root={tmp_path}", *OTHER_SEEDS])
+    return compose_rung(
+        "patch4",
+        [
+            "profile=smoke",
+            "data=synthetic",
+            "data.num_train=40",
+            "data.num_test=30",
+            "data.val_size=8",
+            "data.batch_size=8",
+            "data.train_subset=20",
+            "data.test_subset=12",
+            f"output_root={tmp_path}",
+            *OTHER_SEEDS,
+        ],
+    )
 
 
 @pytest.mark.parametrize("cfg_name", ["synthetic_cfg", "imagefolder_cfg"])
@@ -163,9 +189,12 @@ def test_training_and_re_analysis_see_the_same_seeded_test_images(cfg_name: str,
     assert classes == datamodule.classes == source.classes
 
     # The permutation an indexed source of the same sizes reveals, under the run's split_seed.
-    _, _, expected = split(indexed_source(len(source.train_labels), len(source.test_labels)),
-                           val_size=int(cfg.data.val_size), split_seed=int(cfg.data.split_seed),
-                           test_subset=int(cfg.data.test_subset))
+    _, _, expected = split(
+        indexed_source(len(source.train_labels), len(source.test_labels)),
+        val_size=int(cfg.data.val_size),
+        split_seed=int(cfg.data.split_seed),
+        test_subset=int(cfg.data.test_subset),
+    )
     assert source_index(datamodule.test.images, source.test_images) == expected
     assert torch.equal(datamodule.test.labels, source.test_labels[expected])
     assert len(datamodule.train.labels) == (cfg.data.train_subset or len(source.train_labels) - cfg.data.val_size)

@@ -14,12 +14,27 @@ from omegaconf import OmegaConf
 from vitladder.config import compose_rung
 from vitladder.model import ViTConfig, build_vit
 
-TINY_DATA = ["profile=smoke", "data=synthetic", "data.num_train=300", "data.num_test=60", "data.val_size=50",
-             "data.train_subset=null", "data.test_subset=null"]
+TINY_DATA = [
+    "profile=smoke",
+    "data=synthetic",
+    "data.num_train=300",
+    "data.num_test=60",
+    "data.val_size=50",
+    "data.train_subset=null",
+    "data.test_subset=null",
+]
 NUM_IMAGES = 5
 TEST_ACC = 0.4242
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def random_vit(patch_size: int = 4, sharpen: float = 8.0) -> torch.nn.Module:
@@ -41,9 +56,17 @@ def write_run(root: Path, rung: str = "patch4", patch_size: int = 4, done: bool 
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model = random_vit(patch_size)
-    torch.save({"format": "vitladder-model/1", "vit_config": ViTConfig(patch_size=patch_size, embed_dim=48).to_dict(),
-                "state_dict": model.state_dict(), "classes": [f"class{i}" for i in range(10)],
-                "rung": rung, "ladder": str(cfg.ladder)}, run_dir / "checkpoints" / "model.pt")
+    torch.save(
+        {
+            "format": "vitladder-model/1",
+            "vit_config": ViTConfig(patch_size=patch_size, embed_dim=48).to_dict(),
+            "state_dict": model.state_dict(),
+            "classes": [f"class{i}" for i in range(10)],
+            "rung": rung,
+            "ladder": str(cfg.ladder),
+        },
+        run_dir / "checkpoints" / "model.pt",
+    )
     if done:
         (run_dir / "done.json").write_text(json.dumps({"rung": rung, "test_acc": TEST_ACC, "val_acc": 0.4}))
     return run_dir
@@ -82,8 +105,9 @@ def chromium_path() -> str | None:
 
 @pytest.fixture(scope="session")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is not installed (pip install -e '.[test]')")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')"
+    )
     executable = chromium_path()
     if executable is None:
         pytest.skip("no Chromium browser: install Debian's package (apt-get install chromium)")

@@ -92,11 +92,14 @@ def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> No
     assert index.resolve().as_uri() in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["{missing}"], "no such checkpoint file or run folder"),
-    (["{run}", "--images", "0"], "--images must be between 1 and 256, got 0"),
-    (["{run}", "--images", "257"], "--images must be between 1 and 256, got 257"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{missing}"], "no such checkpoint file or run folder"),
+        (["{run}", "--images", "0"], "--images must be between 1 and 256, got 0"),
+        (["{run}", "--images", "257"], "--images must be between 1 and 256, got 257"),
+    ],
+)
 def test_script_reports_mistakes_in_one_line(demo_run: Path, tmp_path: Path, capsys, args, message) -> None:
     argv = [a.format(missing=tmp_path / "nope", run=demo_run) for a in args]
     with pytest.raises(SystemExit) as exit_info:

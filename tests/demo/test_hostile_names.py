@@ -12,8 +12,15 @@ import torch
 from vitladder.demo.export import export_demo
 from vitladder.demo.pack import read_data_js, render_data_js
 
-HOSTILE = ["</script><script>window.injected = 1</script>", "<!--", "<b>bold</b>", "a&amp;b", "price_$",
-           "new\nline", "\u2028x\u2029"] + [f"class{i}" for i in range(3)]
+HOSTILE = [
+    "</script><script>window.injected = 1</script>",
+    "<!--",
+    "<b>bold</b>",
+    "a&amp;b",
+    "price_$",
+    "new\nline",
+    "\u2028x\u2029",
+] + [f"class{i}" for i in range(3)]
 
 
 class ScriptText(HTMLParser):

@@ -38,8 +38,11 @@ def test_arrays_survive_base64_in_data_js(tmp_path) -> None:
     codes = (np.arange(300) % 256).astype(np.uint8).reshape(3, 100)
     scale = np.array([0.5, 1e-3, 3.25], dtype=np.float32)
     path = tmp_path / "data.js"
-    path.write_text(render_data_js({"format": "x", "codes": encode_array(codes, "u1"),
-                                    "scale": encode_array(torch.from_numpy(scale), "f4")}))
+    path.write_text(
+        render_data_js(
+            {"format": "x", "codes": encode_array(codes, "u1"), "scale": encode_array(torch.from_numpy(scale), "f4")}
+        )
+    )
     text = path.read_text()
     assert text.splitlines()[1].startswith("window.VITLADDER_DEMO = {")
     payload = read_data_js(path)

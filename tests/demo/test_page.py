@@ -57,7 +57,8 @@ def expected_colours(data: dict, image: int, query: int) -> np.ndarray:
 
 def state(page) -> dict:
     return page.eval_on_selector(
-        "#maps", "el => ({image: +el.dataset.image, patch: +el.dataset.patch, mode: el.dataset.mode})")
+        "#maps", "el => ({image: +el.dataset.image, patch: +el.dataset.patch, mode: el.dataset.mode})"
+    )
 
 
 def hover(page, grid: int, row: int, col: int) -> None:

@@ -19,24 +19,54 @@ REPO = Path(__file__).resolve().parents[2]
 LADDER_COLUMNS = ["rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats"]
 
 
-def make_run(ladder: Path, rung: str, seed: int = 0, test_acc: float = 0.5, layer1: float = 12.0,
-             entropy1: float = 3.0, analysed: bool = True, finished: bool = True) -> Path:
+def make_run(
+    ladder: Path,
+    rung: str,
+    seed: int = 0,
+    test_acc: float = 0.5,
+    layer1: float = 12.0,
+    entropy1: float = 3.0,
+    analysed: bool = True,
+    finished: bool = True,
+) -> Path:
     """A run folder as train_rung + the analysis callback leave it (only the files the report reads)."""
     run = ladder / (rung if seed == 0 else f"{rung}-seed{seed}")
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(f"rung: {rung}\nladder: {ladder.name}\nseed: {seed}\nprofile:\n  name: smoke\n"
-                                     "data:\n  source: synthetic\n  test_subset: 500\nanalysis:\n  num_images: 100\n"
-                                     "wandb:\n  project: vitladder-tests\n")
+    (run / "config.yaml").write_text(
+        f"rung: {rung}\nladder: {ladder.name}\nseed: {seed}\nprofile:\n  name: smoke\n"
+        "data:\n  source: synthetic\n  test_subset: 500\nanalysis:\n  num_images: 100\n"
+        "wandb:\n  project: vitladder-tests\n"
+    )
     patch8 = rung in ("patch8", "augment")
     uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
     if analysed:
-        rows = [{"layer": l, "distance_px": layer1 if l == 1 else 15.0 + 0.1 * l,
-                 "entropy_nats": entropy1 if l == 1 else 3.5, "cls_share": 0.05, "uniform_distance_px": uniform,
-                 "uniform_entropy_nats": uniform_h, "distance_drop_px": 10.0} for l in range(7)]
+        rows = [
+            {
+                "layer": layer,
+                "distance_px": layer1 if layer == 1 else 15.0 + 0.1 * layer,
+                "entropy_nats": entropy1 if layer == 1 else 3.5,
+                "cls_share": 0.05,
+                "uniform_distance_px": uniform,
+                "uniform_entropy_nats": uniform_h,
+                "distance_drop_px": 10.0,
+            }
+            for layer in range(7)
+        ]
         write_csv(run / "analysis" / "layers.csv", layers_columns(), rows)
     if finished:
-        (run / "done.json").write_text(json.dumps({"rung": rung, "ladder": ladder.name, "seed": seed, "epochs": 1,
-                                                   "test_acc": test_acc, "test_loss": 1.0, "val_acc": test_acc}))
+        (run / "done.json").write_text(
+            json.dumps(
+                {
+                    "rung": rung,
+                    "ladder": ladder.name,
+                    "seed": seed,
+                    "epochs": 1,
+                    "test_acc": test_acc,
+                    "test_loss": 1.0,
+                    "val_acc": test_acc,
+                }
+            )
+        )
     return run
 
 
@@ -67,7 +97,9 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
         assert f"`{rung}`" in text and f"{get_rung(rung).reference['test_acc']:.1%}" in text
     assert "52.0%" in text and "| 13.0 |" in text and "15.8 (16.1)" in text and "8.1 (16.5)" in text
     assert "±" not in text.split("## Figures")[0].split("|---|")[1]  # one seed: no intervals in the table
-    assert "(patch8/analysis/)" in text and "profile `smoke`" in text and "not the full GPU recipe".lower() in text.lower()
+    assert (
+        "(patch8/analysis/)" in text and "profile `smoke`" in text and "not the full GPU recipe".lower() in text.lower()
+    )
     for name in ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png"):
         assert f"]({name})" in text
         assert_png(ladder / name)
@@ -113,8 +145,9 @@ def test_unfinished_and_unanalysed_runs(tmp_path: Path) -> None:
     assert "not finished" in (ladder / "report.md").read_text()
 
 
-@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (30, 2.0423), (40, 2.0211),
-                                          (100, 1.9840), (10**6, 1.9600)])
+@pytest.mark.parametrize(
+    "df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (30, 2.0423), (40, 2.0211), (100, 1.9840), (10**6, 1.9600)]
+)
 def test_t_quantiles(df: int, expected: float) -> None:
     assert t_quantile_975(df) == pytest.approx(expected, abs=2e-4)
 
@@ -179,10 +212,13 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     assert series[("epochs200", "reference (article)")] == get_rung("epochs200").reference["test_acc"]
     assert ("patch4", "this project, 95% CI low") not in series  # one seed: no interval
     layers = run.table("report/layers")
-    assert {(r[0], r[3]) for r in layers["data"]} == {(rung, l) for rung in ("patch4", "warmup") for l in range(7)}
+    assert {(r[0], r[3]) for r in layers["data"]} == {
+        (rung, layer) for rung in ("patch4", "warmup") for layer in range(7)
+    }
     distance = {(r[0], r[3]) for r in run.table("report/layer1_distance_by_rung_table")["data"]}
-    assert {(rung, series) for rung in rung_names()
-            for series in ("uniform attention", "reference (article)")} <= distance
+    assert {
+        (rung, series) for rung in rung_names() for series in ("uniform attention", "reference (article)")
+    } <= distance
     for key in ("report/distance_px_by_layer", "report/entropy_nats_by_layer"):  # one line per rung over the layers
         fields = run.config[f"_wandb.visualize.{key}"]["panel_config"]["fieldSettings"]
         assert fields["x"] == "layer" and fields["stroke"] == "rung", key

@@ -115,6 +115,7 @@ def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monke
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err
+    assert ("http://127.0.0.1:9" in err) if api_key else ("not logged in" in err)  # says why
     assert not (smoke_ladder / module.URL_FILE).exists()
 
 

@@ -6,8 +6,15 @@ import pytest
 
 from vitladder.config import compose_rung
 
-TINY_DATA = ["data=synthetic", "data.num_train=1200", "data.num_test=200", "data.val_size=200", "data.train_subset=null",
-             "data.test_subset=null", "data.batch_size=64"]
+TINY_DATA = [
+    "data=synthetic",
+    "data.num_train=1200",
+    "data.num_test=200",
+    "data.val_size=200",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=64",
+]
 
 
 @pytest.fixture

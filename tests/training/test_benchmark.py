@@ -9,11 +9,28 @@ import pytest
 
 from vitladder.training.benchmark import format_table, run_benchmark, settings_for
 
-FIGURES = {"project_images_per_s", "bare_images_per_s", "project_over_bare", "project_step_s", "bare_step_s",
-           "data_batch_s", "data_share", "epoch_s", "analysis_s", "forward_s", "analysis_over_forward",
-           "analysis_images", "parameters", "precision", "settings", "rounds", "meets_targets"}
-TINY_RUN = dict(batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=32, analysis_batch_size=16,
-                analysis_rounds=1)
+FIGURES = {
+    "project_images_per_s",
+    "bare_images_per_s",
+    "project_over_bare",
+    "project_step_s",
+    "bare_step_s",
+    "data_batch_s",
+    "data_share",
+    "epoch_s",
+    "analysis_s",
+    "forward_s",
+    "analysis_over_forward",
+    "analysis_images",
+    "parameters",
+    "precision",
+    "settings",
+    "rounds",
+    "meets_targets",
+}
+TINY_RUN = dict(
+    batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=32, analysis_batch_size=16, analysis_rounds=1
+)
 
 
 def load_script(repo_root):
@@ -28,8 +45,14 @@ def test_the_benchmark_reports_every_figure():
     assert report["device"] == "cpu" and set(report["widths"]) == {"tiny"}
     figures = report["widths"]["tiny"]
     assert FIGURES <= set(figures)
-    for key in ("project_images_per_s", "bare_images_per_s", "project_over_bare", "data_share", "epoch_s",
-                "analysis_over_forward"):
+    for key in (
+        "project_images_per_s",
+        "bare_images_per_s",
+        "project_over_bare",
+        "data_share",
+        "epoch_s",
+        "analysis_over_forward",
+    ):
         assert figures[key] > 0, key
     assert figures["epoch_s"] == pytest.approx(45_000 / figures["project_images_per_s"])
     assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 32
@@ -43,8 +66,26 @@ def test_the_benchmark_reports_every_figure():
 def test_the_script_writes_the_json(tmp_path, repo_root, capsys):
     out = tmp_path / "bench.json"
     bench = load_script(repo_root)
-    bench.main(["--width", "tiny", "--device", "cpu", "--out", str(out), "--batch-size", "16", "--warmup", "1",
-                "--steps", "1", "--rounds", "1", "--analysis-images", "16"])
+    bench.main(
+        [
+            "--width",
+            "tiny",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--batch-size",
+            "16",
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+            "--rounds",
+            "1",
+            "--analysis-images",
+            "16",
+        ]
+    )
     report = json.loads(out.read_text())
     assert FIGURES <= set(report["widths"]["tiny"])
     assert report["targets"]["project_over_bare_min"] == 0.95

@@ -16,14 +16,22 @@ from omegaconf import OmegaConf
 
 from vitladder.cli import reports_user_errors
 from vitladder.errors import CheckpointError
+from vitladder.run_folder import RunPaths
 from vitladder.training import run as run_module
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.run_folder import RunPaths
 from vitladder.training.run import train_rung
 
-TINY = ["data.num_train=700", "data.num_test=100", "data.val_size=100", "data.train_subset=null",
-        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=20", "analysis.track_images=8"]
+TINY = [
+    "data.num_train=700",
+    "data.num_test=100",
+    "data.val_size=100",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=50",
+    "analysis.num_images=20",
+    "analysis.track_images=8",
+]
 
 
 def epochs_in(metrics_csv: Path) -> list[int]:
@@ -38,8 +46,7 @@ def umask_007():
     os.umask(previous)
 
 
-def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_which_still_resumes(tiny_cfg, monkeypatch,
-                                                                                  umask_007):
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_which_still_resumes(tiny_cfg, monkeypatch, umask_007):
     cfg = tiny_cfg("patch8", "profile.epoch_scale=0.02", *TINY)  # 2 epochs
     paths = RunPaths(Path(cfg.run_dir))
     save, checkpoints = torch.save, []
@@ -68,8 +75,15 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_which_still_resu
     summary = train_rung(cfg)
     assert resumed_from == [str(paths.last_ckpt)] and summary["epochs"] == 2
     assert epochs_in(paths.metrics_csv) == [1, 2], "each epoch logged once"
-    for output in (paths.config, paths.metrics_csv, paths.last_ckpt, paths.model, paths.done,
-                   paths.analysis / "heads.csv", paths.analysis / "distance.png"):
+    for output in (
+        paths.config,
+        paths.metrics_csv,
+        paths.last_ckpt,
+        paths.model,
+        paths.done,
+        paths.analysis / "heads.csv",
+        paths.analysis / "distance.png",
+    ):
         assert stat.S_IMODE(output.stat().st_mode) == umask_007, output
 
 

@@ -25,9 +25,9 @@ from omegaconf import OmegaConf
 import vitladder.data.datamodule as datamodule_module
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
+from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import run as run_module
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training.run import train_rung
 
 REPLACE = os.replace
@@ -49,8 +49,17 @@ class CrashAtEpoch(L.Callback):
 @pytest.fixture
 def cfg(tiny_cfg, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")  # a real (offline) W&B run: its summary must match done.json
-    return tiny_cfg("patch8", "seed=1", "profile.epoch_scale=0.02", "model.depth=2", "data.num_train=300",
-                    "data.val_size=60", "data.num_test=40", "analysis.num_images=8", "analysis.track_every_n_epochs=0")
+    return tiny_cfg(
+        "patch8",
+        "seed=1",
+        "profile.epoch_scale=0.02",
+        "model.depth=2",
+        "data.num_train=300",
+        "data.val_size=60",
+        "data.num_test=40",
+        "analysis.num_images=8",
+        "analysis.track_every_n_epochs=0",
+    )
 
 
 def record_renames(monkeypatch, root: Path, fail_on: str | None = None) -> list[str]:
@@ -80,7 +89,9 @@ def record_seeds(monkeypatch) -> tuple[list, list]:
             batch_seeds.append(kwargs["seed"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(L, "seed_everything", lambda seed, **kw: global_seeds.append(seed) or seed_everything(seed, **kw))
+    monkeypatch.setattr(
+        L, "seed_everything", lambda seed, **kw: global_seeds.append(seed) or seed_everything(seed, **kw)
+    )
     monkeypatch.setattr(datamodule_module, "DeviceBatches", RecordingBatches)
     return global_seeds, batch_seeds
 
@@ -90,14 +101,18 @@ def logged_epochs(metrics_csv: Path, key: str) -> list[str]:
         return sorted(float(row["epoch"]) for row in csv.DictReader(file) if row.get(key))
 
 
-def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(cfg, monkeypatch,
-                                                                                  wandb_run_reader) -> None:
+def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(
+    cfg, monkeypatch, wandb_run_reader
+) -> None:
     paths = RunPaths(Path(cfg.run_dir))
     global_seeds, batch_seeds = record_seeds(monkeypatch)
 
     build_trainer = run_module.build_trainer
-    monkeypatch.setattr(run_module, "build_trainer",
-                        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(1)]))
+    monkeypatch.setattr(
+        run_module,
+        "build_trainer",
+        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(1)]),
+    )
     with pytest.raises(Crash):
         train_rung(cfg)
     assert checkpoint_epoch(paths.last_ckpt) == 1 and not is_finished(paths.root)
@@ -128,9 +143,22 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert (saved["format"], saved["rung"], saved["ladder"]) == ("vitladder-model/1", "patch8", "smoke")
     assert len(saved["classes"]) == 10 and saved["vit_config"]["depth"] == 2
     assert json.loads(paths.done.read_text()) == summary
-    assert set(summary) == {"rung", "ladder", "seed", "epochs", "test_acc", "test_loss", "val_acc", "seconds",
-                            "steps", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats",
-                            "uniform_entropy_nats", "analysis_images"}
+    assert set(summary) == {
+        "rung",
+        "ladder",
+        "seed",
+        "epochs",
+        "test_acc",
+        "test_loss",
+        "val_acc",
+        "seconds",
+        "steps",
+        "layer1_distance_px",
+        "uniform_distance_px",
+        "layer1_entropy_nats",
+        "uniform_entropy_nats",
+        "analysis_images",
+    }
     assert (summary["rung"], summary["ladder"], summary["seed"], summary["epochs"]) == ("patch8", "smoke", 1, 2)
     assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8 and summary["steps"] > 0
     rows = list(csv.DictReader(paths.metrics_csv.open()))

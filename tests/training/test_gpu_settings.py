@@ -10,15 +10,23 @@ from torch._dynamo.utils import counters
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.data.datamodule import ImageDataModule
+from vitladder.run_folder import RunPaths
 from vitladder.training import module as module_module
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
-from vitladder.run_folder import RunPaths
 from vitladder.training.run import build_module, build_trainer
 
 
 def fit(cfg, module, callbacks=(), **trainer_kwargs) -> L.Trainer:
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks), **trainer_kwargs)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        **trainer_kwargs,
+    )
     trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
     return trainer
 
@@ -60,18 +68,31 @@ class GraphCount(L.Callback):
 
 
 @pytest.mark.slow
-def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_analysis_hooks(tiny_cfg, tmp_path,
-                                                                                           monkeypatch):
+def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_analysis_hooks(
+    tiny_cfg, tmp_path, monkeypatch
+):
     # Dynamo decides what to (re)compile whatever the backend; "eager" skips inductor's code generation.
     compile_ = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: compile_(self, backend="eager"))
     torch._dynamo.reset()
     counters.clear()
     # 2 epochs of 3 steps (MixUp/CutMix, drop path); validation batches of 64, 64 and 22; test 64 x 3 and 8.
-    cfg = tiny_cfg("stochastic_depth", "speed.compile=true", "data.val_size=150", "data.train_subset=192",
-                   "profile.epoch_scale=0.02")
-    tracking = AttentionAnalysis(tmp_path / "analysis", "stochastic_depth", patch_px=4, num_images=16, batch_size=16,
-                                 track_every_n_epochs=1, track_images=16)
+    cfg = tiny_cfg(
+        "stochastic_depth",
+        "speed.compile=true",
+        "data.val_size=150",
+        "data.train_subset=192",
+        "profile.epoch_scale=0.02",
+    )
+    tracking = AttentionAnalysis(
+        tmp_path / "analysis",
+        "stochastic_depth",
+        patch_px=4,
+        num_images=16,
+        batch_size=16,
+        track_every_n_epochs=1,
+        track_images=16,
+    )
     graphs = GraphCount()
     module = build_module(cfg, num_classes=10)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))

@@ -14,8 +14,7 @@ from omegaconf import OmegaConf
 
 from vitladder.config import rung_names
 from vitladder.errors import UserError
-from vitladder.training.ladder import (PlannedRun, data_overrides, format_seconds, parse_seeds, plan_ladder,
-                                       run_ladder)
+from vitladder.training.ladder import PlannedRun, data_overrides, format_seconds, parse_seeds, plan_ladder, run_ladder
 
 
 def test_data_argument_picks_a_source_or_a_folder():
@@ -88,14 +87,19 @@ def test_overwrite_retrains_a_changed_rung_and_skips_the_rest(tmp_path):
         finish(run)  # the whole ladder, finished
     changed = plan_ladder([0], [*base, "optim.lr=0.5", "overwrite=true"])
     trained = []
-    run_ladder(changed, lambda cfg, overrides: trained.append(cfg.rung) or {"test_acc": 0.5, "seconds": 1.0},
-               lambda cfgs: [1.0] * len(cfgs), log=lambda line: None)
+    run_ladder(
+        changed,
+        lambda cfg, overrides: trained.append(cfg.rung) or {"test_acc": 0.5, "seconds": 1.0},
+        lambda cfgs: [1.0] * len(cfgs),
+        log=lambda line: None,
+    )
     assert trained == list(rung_names()), "every rung's recipe changed: every rung trains again"
 
     trained.clear()
     same = plan_ladder([0], [*base, "trainer.enable_progress_bar=false", "wandb.mode=disabled", "overwrite=true"])
-    run_ladder(same, lambda cfg, overrides: trained.append(cfg.rung), lambda cfgs: [1.0] * len(cfgs),
-               log=lambda line: None)
+    run_ladder(
+        same, lambda cfg, overrides: trained.append(cfg.rung), lambda cfgs: [1.0] * len(cfgs), log=lambda line: None
+    )
     assert trained == [], "keys outside the recipe change nothing: finished rungs are skipped, even with overwrite"
 
 
@@ -147,6 +151,7 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
     import vitladder.training.run as run_module
 
     trained = []
+
     def train_one(cfg, overrides=None):
         trained.append(cfg.rung)
         raise RuntimeError("stop after the first rung")
@@ -159,8 +164,9 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
 
 @pytest.mark.parametrize("confirm, passed", [("", False), ("1", True), ("0", False)])
 def test_make_ladder_passes_the_confirmation(repo_root, confirm, passed):
-    dry_run = subprocess.run(["make", "-n", "ladder", f"CONFIRM_LONG={confirm}"], cwd=repo_root, capture_output=True,
-                             text=True, check=True).stdout
+    dry_run = subprocess.run(
+        ["make", "-n", "ladder", f"CONFIRM_LONG={confirm}"], cwd=repo_root, capture_output=True, text=True, check=True
+    ).stdout
     command = next(line for line in dry_run.splitlines() if "scripts/ladder.py" in line)
     assert ("--yes" in command.split()) == passed
 
@@ -171,17 +177,32 @@ def test_format_seconds():
 
 # The smoke profile's recipe and epochs on a quarter of its images, from a synthetic set generated at that size
 # (not 12,000 images per rung): every rung still trains, tests and analyses its 100 images end to end.
-SMALLER_SMOKE_DATA = ["data.num_train=1200", "data.num_test=200", "data.val_size=200", "data.train_subset=1000",
-                      "data.test_subset=200"]
+SMALLER_SMOKE_DATA = [
+    "data.num_train=1200",
+    "data.num_test=200",
+    "data.val_size=200",
+    "data.train_subset=1000",
+    "data.test_subset=200",
+]
 
 
 @pytest.mark.slow
 def test_smoke_ladder_trains_every_rung(repo_root, tmp_path, child_env):
     started = time.time()
     result = subprocess.run(
-        [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}",
-         "trainer.enable_progress_bar=false", *SMALLER_SMOKE_DATA],
-        cwd=repo_root, capture_output=True, text=True, timeout=1800, env=child_env(),
+        [
+            sys.executable,
+            "scripts/ladder.py",
+            "profile=smoke",
+            f"output_root={tmp_path}",
+            "trainer.enable_progress_bar=false",
+            *SMALLER_SMOKE_DATA,
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=child_env(),
     )
     elapsed = time.time() - started
     assert result.returncode == 0, result.stderr[-3000:]

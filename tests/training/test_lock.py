@@ -15,11 +15,22 @@ import pytest
 from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
 from vitladder.training.run import train_rung
 
-TINY = ["profile=smoke", "data=synthetic", "data.num_train=300", "data.num_test=50", "data.val_size=50",
-        "data.train_subset=null", "data.test_subset=null", "data.batch_size=50", "analysis.num_images=10",
-        "trainer.enable_progress_bar=false"]
-HOLDER = ("import sys, time; from pathlib import Path; from vitladder.training.lock import run_lock\n"
-          "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)")
+TINY = [
+    "profile=smoke",
+    "data=synthetic",
+    "data.num_train=300",
+    "data.num_test=50",
+    "data.val_size=50",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=50",
+    "analysis.num_images=10",
+    "trainer.enable_progress_bar=false",
+]
+HOLDER = (
+    "import sys, time; from pathlib import Path; from vitladder.training.lock import run_lock\n"
+    "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)"
+)
 
 
 def hold(run_dir: Path, env: dict) -> subprocess.Popen:
@@ -30,8 +41,10 @@ def hold(run_dir: Path, env: dict) -> subprocess.Popen:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def one_line(stderr: str) -> str:
@@ -41,8 +54,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_a_second_train_py_on_a_locked_rung_stops_and_a_dead_holders_lock_is_taken_over(repo_root, tmp_path,
-                                                                                      child_env):
+def test_a_second_train_py_on_a_locked_rung_stops_and_a_dead_holders_lock_is_taken_over(repo_root, tmp_path, child_env):
     run_dir = tmp_path / "smoke" / "patch8"
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text("the holder's config\n")
@@ -51,8 +63,14 @@ def test_a_second_train_py_on_a_locked_rung_stops_and_a_dead_holders_lock_is_tak
     try:
         assert holder_pid(run_dir / LOCK_FILE) == str(holder.pid)
         before = snapshot(run_dir)
-        result = subprocess.run([sys.executable, "train.py", "+step=patch8", *TINY, f"output_root={tmp_path}"],
-                                cwd=repo_root, capture_output=True, text=True, timeout=300, env=child_env())
+        result = subprocess.run(
+            [sys.executable, "train.py", "+step=patch8", *TINY, f"output_root={tmp_path}"],
+            cwd=repo_root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(),
+        )
         assert result.returncode == 2
         line = one_line(result.stderr)
         assert f"{run_dir} is in use by another process (pid {holder.pid})" in line, line
@@ -82,8 +100,9 @@ def test_a_ladder_stops_at_a_locked_rung_with_the_same_line(tmp_path, child_env,
     assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == ["patch8"], "the ladder went past the rung"
 
 
-def test_in_process_a_held_lock_is_refused_at_once_and_other_ranks_of_the_run_pass(tmp_path, child_env,
-                                                                                    monkeypatch, tiny_cfg):
+def test_in_process_a_held_lock_is_refused_at_once_and_other_ranks_of_the_run_pass(
+    tmp_path, child_env, monkeypatch, tiny_cfg
+):
     cfg = tiny_cfg("patch8", f"output_root={tmp_path}")
     holder = hold(Path(cfg.run_dir), child_env())
     try:

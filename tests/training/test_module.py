@@ -15,8 +15,13 @@ from vitladder.training.run import build_module
 def fit(cfg, module, **trainer_kwargs):
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     trainer = L.Trainer(
-        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, **trainer_kwargs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **trainer_kwargs,
     )
     trainer.fit(module, datamodule=datamodule)
     return trainer
@@ -57,8 +62,14 @@ def test_learning_rate_warms_up_then_decays_by_cosine(tiny_cfg, rung):
     warmup = rung == "warmup"
     cfg = tiny_cfg(rung, "profile.epoch_scale=0.04", *(["optim.warmup_epochs=50"] if warmup else []))
     recorder = RecordLR()
-    fit(cfg, build_module(cfg, num_classes=10), max_epochs=4, limit_train_batches=5, limit_val_batches=0,
-        callbacks=[recorder])
+    fit(
+        cfg,
+        build_module(cfg, num_classes=10),
+        max_epochs=4,
+        limit_train_batches=5,
+        limit_val_batches=0,
+        callbacks=[recorder],
+    )
     lrs, peak = recorder.lrs, cfg.optim.lr
     assert len(lrs) == 20
     top = max(range(len(lrs)), key=lrs.__getitem__)

@@ -28,8 +28,10 @@ from vitladder.training.run import train_rung, world_size
 
 def rng_fingerprint() -> dict:
     """The global torch and numpy RNG states, hashed: what MixUp/CutMix and drop path will draw from."""
-    return {"torch": hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest(),
-            "numpy": hashlib.sha1(np.random.get_state()[1].tobytes()).hexdigest()}
+    return {
+        "torch": hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest(),
+        "numpy": hashlib.sha1(np.random.get_state()[1].tobytes()).hexdigest(),
+    }
 
 
 # Run as `python probe.py OUT_DIR overrides...`; Lightning's DDP launcher starts the other ranks with the same command.
@@ -80,18 +82,35 @@ PROBE = textwrap.dedent(
 # 2 smoke epochs of stochastic_depth (MixUp/CutMix, label smoothing, drop path). 97 validation images split unevenly
 # over 2 or 3 ranks (49/48, 33/32/32) into per-rank batches of 24 or 16: one rank has a batch more than another.
 NUM_TRAIN, VAL, TEST, BATCH = 480, 97, 200, 48
-OVERRIDES = ["profile=smoke", "profile.epoch_scale=0.02", "data=synthetic", f"data.num_train={NUM_TRAIN}",
-             f"data.num_test={TEST}", f"data.val_size={VAL}", "data.train_subset=null", "data.test_subset=null",
-             f"data.batch_size={BATCH}", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
-             "analysis.num_images=16", "analysis.track_every_n_epochs=0", "wandb.mode=disabled"]
+OVERRIDES = [
+    "profile=smoke",
+    "profile.epoch_scale=0.02",
+    "data=synthetic",
+    f"data.num_train={NUM_TRAIN}",
+    f"data.num_test={TEST}",
+    f"data.val_size={VAL}",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    f"data.batch_size={BATCH}",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "analysis.num_images=16",
+    "analysis.track_every_n_epochs=0",
+    "wandb.mode=disabled",
+]
 
 
 def exact_accuracies(run_dir: Path) -> tuple[float, float]:
     """(validation, test) accuracy of the saved model over every image of the run's splits, in one process."""
     register_resolvers()
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    _, val, test = split_train_val_test(load_source(cfg.data), int(cfg.data.val_size), int(cfg.data.split_seed),
-                                        cfg.data.train_subset, cfg.data.test_subset)
+    _, val, test = split_train_val_test(
+        load_source(cfg.data),
+        int(cfg.data.val_size),
+        int(cfg.data.split_seed),
+        cfg.data.train_subset,
+        cfg.data.test_subset,
+    )
     saved = torch.load(run_dir / "checkpoints" / "model.pt", map_location="cpu")
     model = build_vit(ViTConfig(**saved["vit_config"])).eval()
     model.load_state_dict(saved["state_dict"])
@@ -110,8 +129,21 @@ def test_ddp_keeps_the_recipe_draws_per_rank_and_counts_every_image_once(repo_ro
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": pythonpath}
     env.pop("LOCAL_RANK", None)
     result = subprocess.run(
-        [sys.executable, str(probe), str(out), *OVERRIDES, f"output_root={out}", f"trainer.devices={devices}",
-         "trainer.strategy=ddp"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(probe),
+            str(out),
+            *OVERRIDES,
+            f"output_root={out}",
+            f"trainer.devices={devices}",
+            "trainer.strategy=ddp",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     records = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(devices)]
 
@@ -148,8 +180,9 @@ def test_the_global_batch_splits_over_the_devices_or_fails_clearly():
 
 
 def test_a_batch_that_does_not_split_fails_before_anything_is_written(tiny_cfg, tmp_path):
-    cfg = tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=3", "trainer.strategy=ddp",
-                   "data.batch_size=64")
+    cfg = tiny_cfg(
+        "patch8", "trainer.accelerator=cpu", "trainer.devices=3", "trainer.strategy=ddp", "data.batch_size=64"
+    )
     assert world_size(cfg) == 3
     with pytest.raises(UserError, match="must split evenly over 3 devices"):
         train_rung(cfg)

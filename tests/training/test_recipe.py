@@ -9,19 +9,19 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
-import lightning as L
-from lightning.pytorch.callbacks import Timer
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import Timer
 from omegaconf import OmegaConf
 from torch import nn
 
 from vitladder.config import auto_precision, compose_rung, rung_names, scaled_epochs
+from vitladder.run_folder import RunPaths
 from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
 from vitladder.training.resume import seed_epoch
-from vitladder.run_folder import RunPaths
 from vitladder.training.run import build_module, build_trainer
 
 K = 10  # classes
@@ -69,7 +69,7 @@ def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: 
     loss = module.training_step((images.clone(), labels), 0)  # timm mixes the batch in place
 
     if mixed:
-        (inputs, targets), = seen
+        ((inputs, targets),) = seen
         assert targets.shape == (16, K) and not torch.equal(inputs, images)
         # timm's soft targets carry the smoothing: lam * smooth(y) + (1 - lam) * smooth(flip(y))
         lam = (targets[0, labels[0]].item() - eps / K) / (1 - eps)
@@ -94,8 +94,10 @@ def test_validation_and_test_loss_are_plain_cross_entropy_over_every_image(tiny_
     monkeypatch.setattr(module, "mixup", lambda *a: pytest.fail("MixUp reached an evaluation batch"))
     generator = torch.Generator().manual_seed(1)
     images, labels = torch.randn(8, 3, 32, 32, generator=generator), torch.randint(0, K, (8,), generator=generator)
-    for step, metrics in ((module.validation_step, (module.val_loss, module.val_acc)),
-                          (module.test_step, (module.test_loss, module.test_acc))):
+    for step, metrics in (
+        (module.validation_step, (module.val_loss, module.val_acc)),
+        (module.test_step, (module.test_loss, module.test_acc)),
+    ):
         for i, cut in enumerate((slice(0, 5), slice(5, 8))):  # uneven batches: weighted by their size
             step((images[cut], labels[cut]), i)
         logits = module(images)
@@ -114,32 +116,45 @@ def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny
     cfg = tiny_cfg("mixup_cutmix")
     module = build_module(cfg, num_classes=K)
     assert dict(module.hparams) == {
-        "model": {**OmegaConf.to_container(cfg.model), "num_classes": K}, "optim": OmegaConf.to_container(cfg.optim),
-        "label_smoothing": 0.1, "mixup": OmegaConf.to_container(cfg.mixup), "max_epochs": 1,
-        "warmup_epochs": 0.05, "compile": False, "seed": cfg.seed,
+        "model": {**OmegaConf.to_container(cfg.model), "num_classes": K},
+        "optim": OmegaConf.to_container(cfg.optim),
+        "label_smoothing": 0.1,
+        "mixup": OmegaConf.to_container(cfg.mixup),
+        "max_epochs": 1,
+        "warmup_epochs": 0.05,
+        "compile": False,
+        "seed": cfg.seed,
     }
 
 
 def test_a_nan_loss_stops_the_epoch_with_what_to_do(tiny_cfg) -> None:
     module = build_module(tiny_cfg("patch8", "model.depth=1"), num_classes=K)
     module.train_loss.update(torch.tensor([1.0, float("nan")]))
-    with pytest.raises(TrainingDiverged, match=r"^training loss became nan in epoch 0: lower optim.lr or add warmup; "
-                                               r"the last good checkpoint is kept$"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^training loss became nan in epoch 0: lower optim.lr or add warmup; "
+        r"the last good checkpoint is kept$",
+    ):
         module.on_train_epoch_end()
 
 
 def attach_trainer(module: LadderModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
     """The few trainer attributes configure_optimizers and the schedule read (no training)."""
     datamodule = SimpleNamespace(train_dataloader=lambda: range(batches))  # len(): batches an epoch
-    module.trainer = SimpleNamespace(datamodule=datamodule, limit_train_batches=limit,
-                                     accumulate_grad_batches=accumulate, global_step=0)
+    module.trainer = SimpleNamespace(
+        datamodule=datamodule, limit_train_batches=limit, accumulate_grad_batches=accumulate, global_step=0
+    )
     return module.trainer
 
 
 def no_decay_names(model: nn.Module) -> set[str]:
     """What the README promises no weight decay: biases, norms, the CLS token, position embeddings."""
-    norms = {f"{name}.{p}" for name, m in model.named_modules() if isinstance(m, nn.LayerNorm)
-             for p, _ in m.named_parameters(recurse=False)}
+    norms = {
+        f"{name}.{p}"
+        for name, m in model.named_modules()
+        if isinstance(m, nn.LayerNorm)
+        for p, _ in m.named_parameters(recurse=False)
+    }
     return norms | {n for n, _ in model.named_parameters() if n.endswith(".bias")} | {"cls_token", "pos_embed"}
 
 
@@ -173,9 +188,14 @@ def expected_lr(step: int, peak: float, floor: float, start: float, warmup: int,
 def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_epochs, warmup_steps) -> None:
     optim = {"lr": 1e-3, "weight_decay": 0.05, "betas": [0.8, 0.95], "min_lr": 1e-5, "warmup_start_lr": 1e-6}
     model = {"patch_size": 8, "embed_dim": 12, "depth": 1, "num_heads": 6, "num_classes": K}
-    module = LadderModule(model=model, optim=optim, label_smoothing=0.0, mixup={"mixup_alpha": 0.0,
-                          "cutmix_alpha": 0.0, "prob": 1.0, "switch_prob": 0.5}, max_epochs=4,
-                          warmup_epochs=warmup_epochs)
+    module = LadderModule(
+        model=model,
+        optim=optim,
+        label_smoothing=0.0,
+        mixup={"mixup_alpha": 0.0, "cutmix_alpha": 0.0, "prob": 1.0, "switch_prob": 0.5},
+        max_epochs=4,
+        warmup_epochs=warmup_epochs,
+    )
     trainer = attach_trainer(module, batches=10)  # 10 steps an epoch, 40 in all
     configured = module.configure_optimizers()
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
@@ -189,9 +209,17 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
             assert group["lr"] == pytest.approx(want, rel=1e-9, abs=1e-15), f"step {step}"
 
 
-@pytest.mark.parametrize("batches, limit, accumulate, steps", [
-    (10, 1.0, 1, 10), (10, 0.5, 1, 5), (10, 3, 1, 3), (10, 30, 1, 10), (10, 1.0, 3, 3), (2, 1.0, 4, 1),
-])
+@pytest.mark.parametrize(
+    "batches, limit, accumulate, steps",
+    [
+        (10, 1.0, 1, 10),
+        (10, 0.5, 1, 5),
+        (10, 3, 1, 3),
+        (10, 30, 1, 10),
+        (10, 1.0, 3, 3),
+        (2, 1.0, 4, 1),
+    ],
+)
 def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, steps) -> None:
     module = build_module(compose_rung("patch8", ["profile=smoke", "model.depth=1"]), num_classes=K)
     attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)

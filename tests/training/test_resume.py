@@ -17,12 +17,20 @@ import torch
 import wandb
 
 from vitladder.config import rung_names
-from vitladder.training import run as run_module
 from vitladder.run_folder import RunPaths
+from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 
-TINY = ["data.num_train=700", "data.num_test=100", "data.val_size=100", "data.train_subset=null",
-        "data.test_subset=null", "data.batch_size=50", "analysis.num_images=20", "analysis.track_images=8"]
+TINY = [
+    "data.num_train=700",
+    "data.num_test=100",
+    "data.val_size=100",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=50",
+    "analysis.num_images=20",
+    "analysis.track_images=8",
+]
 
 
 class Crash(RuntimeError):
@@ -59,8 +67,11 @@ def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tin
 
     # Crash at the start of epoch 2 (after epoch 1's checkpoint), then run the same command again.
     build_trainer = run_module.build_trainer
-    monkeypatch.setattr(run_module, "build_trainer",
-                        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(2)]))
+    monkeypatch.setattr(
+        run_module,
+        "build_trainer",
+        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(2)]),
+    )
     cfg = tiny_cfg("stochastic_depth", *overrides, f"output_root={tmp_path / 'c'}")
     with pytest.raises(Crash):
         train_rung(cfg)
@@ -108,8 +119,15 @@ def wait_for(condition, process: subprocess.Popen, timeout_s: float = 300) -> No
 @pytest.mark.slow
 def test_a_ladder_killed_at_any_moment_finishes_when_run_again(repo_root, tmp_path, child_env):
     ladder = tmp_path / "smoke"
-    command = [sys.executable, "scripts/ladder.py", "profile=smoke", f"output_root={tmp_path}",
-               "trainer.enable_progress_bar=false", "profile.epoch_scale=0.02", *TINY]
+    command = [
+        sys.executable,
+        "scripts/ladder.py",
+        "profile=smoke",
+        f"output_root={tmp_path}",
+        "trainer.enable_progress_bar=false",
+        "profile.epoch_scale=0.02",
+        *TINY,
+    ]
     env = child_env()
     # Kill points: inside patch8's training (first checkpoint written, second not), the instant augment
     # finished (its done.json just renamed into place), and during patch4's analysis.
@@ -120,8 +138,15 @@ def test_a_ladder_killed_at_any_moment_finishes_when_run_again(repo_root, tmp_pa
     ]
     finished_before: dict[str, int] = {}
     for kill_point in kill_points:
-        process = subprocess.Popen(command, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=repo_root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         wait_for(kill_point, process)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,8 @@ from omegaconf import OmegaConf
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
-from vitladder.training import run as run_module
 from vitladder.run_folder import RunPaths, is_finished
+from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 
 
@@ -24,7 +23,9 @@ def read_wandb_summary(run_dir: Path) -> dict:
     wandb_cli = Path(sys.executable).with_name("wandb")
     result = subprocess.run(
         [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(run_dir / "wandb")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -73,8 +74,16 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert wandb_summary["config"] == {**OmegaConf.to_container(cfg, resolve=True), "rung_index": 5}
     assert torch.load(paths.last_ckpt, weights_only=False)["hyper_parameters"]["model"]["patch_size"] == 4
     text = json.dumps(wandb_summary)
-    for key in ("test/acc", "val/acc", "train/loss", "val/loss", "lr", "analysis/layer1/distance_px",
-                "analysis/layer6/entropy_nats", "analysis/layer0/cls_share"):
+    for key in (
+        "test/acc",
+        "val/acc",
+        "train/loss",
+        "val/loss",
+        "lr",
+        "analysis/layer1/distance_px",
+        "analysis/layer6/entropy_nats",
+        "analysis/layer0/cls_share",
+    ):
         assert key in text, key
     assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key
 
@@ -93,9 +102,15 @@ def test_trainer_arguments_from_the_command_line_reach_the_trainer(tiny_cfg, mon
     built = []
     build_trainer = run_module.build_trainer
     monkeypatch.setattr(run_module, "build_trainer", lambda *args: built.append(build_trainer(*args)) or built[-1])
-    cfg = tiny_cfg("patch8", "trainer.gradient_clip_val=0.5", "trainer.accumulate_grad_batches=2",
-                   "trainer.limit_train_batches=4", "trainer.deterministic=true", "trainer.val_check_interval=0.5",
-                   "analysis.enabled=false")
+    cfg = tiny_cfg(
+        "patch8",
+        "trainer.gradient_clip_val=0.5",
+        "trainer.accumulate_grad_batches=2",
+        "trainer.limit_train_batches=4",
+        "trainer.deterministic=true",
+        "trainer.val_check_interval=0.5",
+        "analysis.enabled=false",
+    )
     with DeterministicOff():
         train_rung(cfg)
         assert torch.are_deterministic_algorithms_enabled()
@@ -121,9 +136,18 @@ def test_the_smoke_model_learns_synthetic_data(tmp_path):
     from vitladder.config import compose_rung
 
     # 4 epochs on 2,000 images of a set generated at that size (not 10,000): val acc 0.968 (seed 0), 0.940 (seed 1).
-    cfg = compose_rung("warmup", ["profile=smoke", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
-                                  "profile.epoch_scale=0.04", "data.train_subset=2000", "data.num_train=2500",
-                                  "data.num_test=500"])
+    cfg = compose_rung(
+        "warmup",
+        [
+            "profile=smoke",
+            f"output_root={tmp_path}",
+            "trainer.enable_progress_bar=false",
+            "profile.epoch_scale=0.04",
+            "data.train_subset=2000",
+            "data.num_train=2500",
+            "data.num_test=500",
+        ],
+    )
     summary = train_rung(cfg)
     assert summary["val_acc"] > 0.90, summary
 
@@ -134,12 +158,23 @@ def test_a_short_run_on_real_cifar10_clearly_beats_chance(tmp_path, cifar10_arch
 
     # The warmup rung's recipe (5 epochs) at width 96 on 8x8 patches (17 tokens, not 65: a quarter of the cost per
     # image) and 5,000 training images: measured test acc 0.297 (seeds 0 and 1).
-    cfg = compose_rung("warmup", [
-        "profile=smoke", "data=imagefolder", f"data.root={cifar10_archive}", f"data.cache_dir={cifar10_cache_dir}",
-        "data.train_subset=5000", "data.test_subset=1000", "data.val_size=1000", "model.embed_dim=96",
-        "model.patch_size=8", "profile.epoch_scale=0.05", f"output_root={tmp_path}",
-        "trainer.enable_progress_bar=false",
-    ])
+    cfg = compose_rung(
+        "warmup",
+        [
+            "profile=smoke",
+            "data=imagefolder",
+            f"data.root={cifar10_archive}",
+            f"data.cache_dir={cifar10_cache_dir}",
+            "data.train_subset=5000",
+            "data.test_subset=1000",
+            "data.val_size=1000",
+            "model.embed_dim=96",
+            "model.patch_size=8",
+            "profile.epoch_scale=0.05",
+            f"output_root={tmp_path}",
+            "trainer.enable_progress_bar=false",
+        ],
+    )
     summary = train_rung(cfg)
     print(f"real CIFAR-10 subset: test acc {summary['test_acc']:.3f} in {summary['seconds']} s")
     assert summary["test_acc"] > 0.20, summary  # chance is 0.10 (+-0.01 on 1,000 test images): twice chance
@@ -149,6 +184,7 @@ def test_a_batch_larger_than_the_training_split_is_refused_before_the_run_folder
     cfg = tiny_cfg("patch8", "data.batch_size=5000")
     with pytest.raises(UserError) as error:
         train_rung(cfg)
-    assert str(error.value) == ("data.batch_size=5000 is larger than the training split (1000 images): "
-                                "lower data.batch_size")
+    assert str(error.value) == (
+        "data.batch_size=5000 is larger than the training split (1000 images): lower data.batch_size"
+    )
     assert not Path(cfg.run_dir).exists()

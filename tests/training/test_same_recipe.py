@@ -10,18 +10,31 @@ from omegaconf import OmegaConf
 
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import collect
-from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
 from vitladder.run_folder import RunPaths, read_summary
+from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
 from vitladder.training.run import train_rung
 
 
 def test_changes_list_recipe_keys_only():
-    stored = {"optim": {"lr": 0.002, "betas": [0.9, 0.999]}, "trainer": {"enable_progress_bar": True},
-              "wandb": {"mode": "online"}, "output_root": "a", "old_key": 1}
-    current = {"optim": {"lr": 0.5, "betas": [0.9, 0.999]}, "trainer": {"enable_progress_bar": False},
-               "wandb": {"mode": "disabled"}, "output_root": "b", "new_key": None}
-    assert recipe_changes(stored, current) == [("new_key", ABSENT, None), ("old_key", 1, ABSENT),
-                                               ("optim.lr", 0.002, 0.5)]
+    stored = {
+        "optim": {"lr": 0.002, "betas": [0.9, 0.999]},
+        "trainer": {"enable_progress_bar": True},
+        "wandb": {"mode": "online"},
+        "output_root": "a",
+        "old_key": 1,
+    }
+    current = {
+        "optim": {"lr": 0.5, "betas": [0.9, 0.999]},
+        "trainer": {"enable_progress_bar": False},
+        "wandb": {"mode": "disabled"},
+        "output_root": "b",
+        "new_key": None,
+    }
+    assert recipe_changes(stored, current) == [
+        ("new_key", ABSENT, None),
+        ("old_key", 1, ABSENT),
+        ("optim.lr", 0.002, 0.5),
+    ]
     assert not in_recipe("wandb.project") and not in_recipe("analysis.batch_size") and in_recipe("analysis.num_images")
     assert in_recipe("trainer.gradient_clip_val") and in_recipe("data.batch_size") and in_recipe("wandb_like")
 
@@ -43,8 +56,14 @@ def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
     stamps = {path: path.stat().st_mtime_ns for path in (paths.done, paths.config, paths.last_ckpt)}
 
     # Keys that cannot change the results: the finished rung is skipped untouched.
-    outside = tiny_cfg("patch8", *base, "trainer.log_every_n_steps=1", "wandb.mode=disabled",
-                       "analysis.batch_size=7", "speed.compile=true")
+    outside = tiny_cfg(
+        "patch8",
+        *base,
+        "trainer.log_every_n_steps=1",
+        "wandb.mode=disabled",
+        "analysis.batch_size=7",
+        "speed.compile=true",
+    )
     assert train_rung(outside) == first
 
     # Another recipe: one line naming the changes (old → new) and the two ways on; nothing touched.
@@ -62,12 +81,12 @@ def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
     with pytest.raises(UserError, match="holds an interrupted run of another recipe"):
         train_rung(changed)
     paths.done.write_text(summary)
-    assert {path: path.stat().st_mtime_ns for path in stamps if path != paths.done} == \
-        {path: stamp for path, stamp in stamps.items() if path != paths.done}
+    assert {path: path.stat().st_mtime_ns for path in stamps if path != paths.done} == {
+        path: stamp for path, stamp in stamps.items() if path != paths.done
+    }
 
     # overwrite=true: the old folder moves aside whole, the rung trains afresh under the new recipe.
-    replaced = train_rung(tiny_cfg("patch8", *base, "optim.lr=0.5", "trainer.gradient_clip_val=1",
-                                   "overwrite=true"))
+    replaced = train_rung(tiny_cfg("patch8", *base, "optim.lr=0.5", "trainer.gradient_clip_val=1", "overwrite=true"))
     moved = [p for p in paths.root.parent.iterdir() if p.name.startswith("patch8.replaced-")]
     assert len(moved) == 1
     old = RunPaths(moved[0])

@@ -29,15 +29,32 @@ from vitladder.run_folder import RunPaths
 from vitladder.training.run import build_module, train_rung
 
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
-SUBPROCESS_DATA = ["profile=smoke", "data=synthetic", "data.num_train=1200", "data.num_test=200", "data.val_size=200",
-                   "data.train_subset=null", "data.test_subset=null", "data.batch_size=64",
-                   "trainer.enable_progress_bar=false", "analysis.num_images=64", "analysis.track_images=16"]
+SUBPROCESS_DATA = [
+    "profile=smoke",
+    "data=synthetic",
+    "data.num_train=1200",
+    "data.num_test=200",
+    "data.val_size=200",
+    "data.train_subset=null",
+    "data.test_subset=null",
+    "data.batch_size=64",
+    "trainer.enable_progress_bar=false",
+    "analysis.num_images=64",
+    "analysis.track_images=16",
+]
 
 
 def fit(cfg, module, callbacks=(), **trainer_kwargs):
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks),
-                        **trainer_kwargs)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        **trainer_kwargs,
+    )
     trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
     return trainer
 
@@ -51,8 +68,9 @@ def test_data_moves_to_the_trainers_device_even_when_set_up_before_it(tiny_cfg):
     datamodule = ImageDataModule(tiny_cfg("patch4").data)
     datamodule.setup()
     assert datamodule.train.images.device.type == "cpu"
-    datamodule.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")),
-                                         global_rank=0, world_size=1)
+    datamodule.trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("meta")), global_rank=0, world_size=1
+    )
     datamodule.setup("fit")
     for split in (datamodule.train, datamodule.val, datamodule.test):
         assert split.images.device.type == "meta" and split.labels.device.type == "meta"
@@ -97,10 +115,23 @@ def test_training_runs_fused_attention_also_after_attention_tracking(tiny_cfg, t
     cfg = tiny_cfg("patch4", "profile.epoch_scale=0.02")
     probe = FusedAttentionProbe(counter)
     # The tracking analysis switches attention to the explicit path after every epoch; it must switch back.
-    tracking = AttentionAnalysis(tmp_path / "analysis", "patch4", patch_px=4, num_images=16, batch_size=16,
-                                 track_every_n_epochs=1, track_images=16)
-    fit(cfg, build_module(cfg, num_classes=10), callbacks=[tracking, probe], max_epochs=2, limit_train_batches=3,
-        limit_val_batches=1)
+    tracking = AttentionAnalysis(
+        tmp_path / "analysis",
+        "patch4",
+        patch_px=4,
+        num_images=16,
+        batch_size=16,
+        track_every_n_epochs=1,
+        track_images=16,
+    )
+    fit(
+        cfg,
+        build_module(cfg, num_classes=10),
+        callbacks=[tracking, probe],
+        max_epochs=2,
+        limit_train_batches=3,
+        limit_val_batches=1,
+    )
     assert probe.steps == 6 and len(tracking.history) > 0
 
 
@@ -209,8 +240,16 @@ def test_a_compiled_run_trains_and_saves_plain_state_dicts(tiny_cfg):
 
     counters.clear()
     # Two blocks keep inductor's CPU compile time down; the compile path is the same at any depth.
-    cfg = tiny_cfg("patch4", "speed.compile=true", "model.depth=2", "data.num_train=500", "data.val_size=64",
-                   "data.num_test=64", "analysis.num_images=32", "analysis.track_images=16")
+    cfg = tiny_cfg(
+        "patch4",
+        "speed.compile=true",
+        "model.depth=2",
+        "data.num_train=500",
+        "data.val_size=64",
+        "data.num_test=64",
+        "analysis.num_images=32",
+        "analysis.track_images=16",
+    )
     summary = train_rung(cfg)
     assert counters["stats"]["unique_graphs"] > 0, "speed.compile=true must compile the model"
     assert summary["epochs"] == 1 and 0.0 <= summary["test_acc"] <= 1.0
@@ -265,13 +304,23 @@ def run_train(repo_root: Path, tmp_path: Path, args: list[str], timeout: int = 6
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(AUDIT_HOOK)
     writes = tmp_path / "writes.log"
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "VITLADDER_TEST_WRITES": str(writes),
-           # This checkout's sources, whatever copy is installed: the working directory is elsewhere.
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), str(repo_root / "src"),
-                                                        os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "VITLADDER_TEST_WRITES": str(writes),
+        # This checkout's sources, whatever copy is installed: the working directory is elsewhere.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), str(repo_root / "src"), os.environ.get("PYTHONPATH")])),
+    }
     env.pop("LOCAL_RANK", None)  # a fresh job, not a child of some other launcher
-    result = subprocess.run([sys.executable, str(repo_root / "train.py"), *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return cwd, writes.read_text().splitlines() if writes.exists() else []
 
@@ -284,8 +333,13 @@ def evaluate_on_validation(run_dir: Path) -> tuple[float, torch.Tensor]:
     """(accuracy of model.pt over the run's whole validation split, per-image correctness)."""
     register_resolvers()
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    _, val, _ = split_train_val_test(load_source(cfg.data), int(cfg.data.val_size), int(cfg.data.split_seed),
-                                     cfg.data.train_subset, cfg.data.test_subset)
+    _, val, _ = split_train_val_test(
+        load_source(cfg.data),
+        int(cfg.data.val_size),
+        int(cfg.data.split_seed),
+        cfg.data.train_subset,
+        cfg.data.test_subset,
+    )
     saved = torch.load(run_dir / "checkpoints" / "model.pt", map_location="cpu")
     model = build_vit(ViTConfig(**saved["vit_config"])).eval()
     model.load_state_dict(saved["state_dict"])
@@ -297,10 +351,19 @@ def evaluate_on_validation(run_dir: Path) -> tuple[float, torch.Tensor]:
 @pytest.mark.slow
 def test_ddp_on_two_processes_writes_one_run_with_metrics_over_the_whole_validation_set(repo_root, tmp_path):
     out = tmp_path / "out"
-    cwd, writes = run_train(repo_root, tmp_path, [
-        "+step=patch4", *SUBPROCESS_DATA, "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp",
-        f"output_root={out}", "profile.epoch_scale=0.02",
-    ])
+    cwd, writes = run_train(
+        repo_root,
+        tmp_path,
+        [
+            "+step=patch4",
+            *SUBPROCESS_DATA,
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+            f"output_root={out}",
+            "profile.epoch_scale=0.02",
+        ],
+    )
     run_dir = out / "smoke" / "patch4"
     assert sorted(p.relative_to(out).as_posix() for p in out.glob("*/*") if p.is_dir()) == ["smoke/patch4"]
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1, "one W&B run, from rank 0 only"
@@ -322,8 +385,11 @@ def test_ddp_on_two_processes_writes_one_run_with_metrics_over_the_whole_validat
 @pytest.mark.slow
 def test_multirun_trains_each_rung_into_its_folder(repo_root, tmp_path):
     out = tmp_path / "out"
-    cwd, writes = run_train(repo_root, tmp_path, ["-m", "+step=patch8,augment", *SUBPROCESS_DATA,
-                                                  f"output_root={out}", "analysis.enabled=false"])
+    cwd, writes = run_train(
+        repo_root,
+        tmp_path,
+        ["-m", "+step=patch8,augment", *SUBPROCESS_DATA, f"output_root={out}", "analysis.enabled=false"],
+    )
     ladder = out / "smoke"
     assert sorted(p.name for p in ladder.iterdir() if p.is_dir()) == ["augment", "patch8"]
     for rung in ("patch8", "augment"):
@@ -353,8 +419,15 @@ def test_the_submitit_slurm_launcher_composes():
 
 
 def test_the_projects_slurm_launcher_asks_for_one_task_per_gpu():
-    cfg = compose_with_hydra(["step=warmup", "hydra/launcher=slurm", "trainer.devices=4", "trainer.strategy=ddp",
-                              "hydra.launcher.partition=gpu"])
+    cfg = compose_with_hydra(
+        [
+            "step=warmup",
+            "hydra/launcher=slurm",
+            "trainer.devices=4",
+            "trainer.strategy=ddp",
+            "hydra.launcher.partition=gpu",
+        ]
+    )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.tasks_per_node) == (4, 4)  # Lightning's SLURM DDP: a task per GPU

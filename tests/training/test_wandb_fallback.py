@@ -6,7 +6,6 @@ import json
 import socket
 import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -45,17 +44,22 @@ def serve(answer: bytes) -> tuple[str, callable]:
 
 def http(status: str, body: dict | str) -> bytes:
     payload = (json.dumps(body) if isinstance(body, dict) else body).encode()
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            f"Connection: close\r\n\r\n").encode() + payload
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        f"Connection: close\r\n\r\n"
+    ).encode() + payload
 
 
-@pytest.mark.parametrize("answer, reason", [
-    (b"\x00\x17garbage, not HTTP at all\r\n\r\n", "unreachable"),
-    (http("500 Internal Server Error", "oops"), "answered HTTP 500"),
-    (http("401 Unauthorized", {"errors": ["bad key"]}), "rejected the API key (HTTP 401"),
-    (http("200 OK", "<html>captive portal</html>"), "answered something other than the W&B API"),
-    (http("200 OK", {"data": {"viewer": None}}), "knows no user with this API key"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        (b"\x00\x17garbage, not HTTP at all\r\n\r\n", "unreachable"),
+        (http("500 Internal Server Error", "oops"), "answered HTTP 500"),
+        (http("401 Unauthorized", {"errors": ["bad key"]}), "rejected the API key (HTTP 401"),
+        (http("200 OK", "<html>captive portal</html>"), "answered something other than the W&B API"),
+        (http("200 OK", {"data": {"viewer": None}}), "knows no user with this API key"),
+    ],
+)
 def test_online_falls_back_to_offline_when_the_server_answers_wrongly(monkeypatch, answer, reason):
     url, close = serve(answer)
     monkeypatch.setenv("WANDB_BASE_URL", url)

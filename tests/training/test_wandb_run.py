@@ -64,8 +64,9 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     assert run.table("analysis/layers")["columns"][:4] == ["rung", "rung_index", "seed", "layer"]
     # The final analysis: in the history only as media (tables, charts' tables, figures), never a scalar.
     media = [key for row in history for key in row if key.startswith("analysis/")]
-    assert media and all(f"{key.rsplit('.', 1)[0]}._type" in row for row in history for key in row
-                         if key.startswith("analysis/")), "no one-point line panel"
+    assert media and all(
+        f"{key.rsplit('.', 1)[0]}._type" in row for row in history for key in row if key.startswith("analysis/")
+    ), "no one-point line panel"
     for quantity in by_layer_charts():  # custom charts over the layers table
         assert run.config[f"_wandb.visualize.analysis/{quantity}_by_layer"]["panel_type"] == "Vega2"
         assert summary[f"analysis/{quantity}_by_layer_table._type"] == "table-file"
@@ -81,7 +82,9 @@ def test_model_and_analysis_artifacts_with_rung_aliases(smoke_ladder, wandb_run_
     assert model["type"] == "model" and set(model["aliases"]) == {"latest", "patch4"}
     assert [e["path"] for e in model["manifest"]["contents"]] == ["model.pt"]
     assert analysis["type"] == "analysis" and set(analysis["aliases"]) == {"latest", "patch4"}
-    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png"} <= {e["path"] for e in analysis["manifest"]["contents"]}
+    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png"} <= {
+        e["path"] for e in analysis["manifest"]["contents"]
+    }
     assert not [a for a in artifacts.values() if a["type"] == "dataset"], "an offline run cannot declare inputs"
 
 
@@ -117,14 +120,16 @@ def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
             self.logged.append((artifact.name, artifact.type, aliases))
 
     (tmp_path / "model.pt").write_bytes(b"weights")
-    cfg = OmegaConf.create({"ladder": "full", "rung": "warmup", "seed": 2,
-                            "data": {"source": "synthetic", "num_train": 10, "num_test": 5}})
+    cfg = OmegaConf.create(
+        {"ladder": "full", "rung": "warmup", "seed": 2, "data": {"source": "synthetic", "num_train": 10, "num_test": 5}}
+    )
     online = FakeRun(offline=False)
     log_rung_artifacts(online, cfg, tmp_path / "model.pt", tmp_path / "no-analysis", {"test_acc": 0.5})
     assert [(a.name, a.type) for a in online.used] == [("dataset-synthetic-10-5-seed0", "dataset")]
     assert online.logged == [("model-full-warmup-seed2", "model", ["latest", "warmup"])]
-    assert online.config["inputs"] == [{"name": "dataset-synthetic-10-5-seed0", "type": "dataset",
-                                        "digest": online.used[0].digest}]
+    assert online.config["inputs"] == [
+        {"name": "dataset-synthetic-10-5-seed0", "type": "dataset", "digest": online.used[0].digest}
+    ]
     offline = FakeRun(offline=True)
     assert declare_inputs(offline, online.used) is False and offline.used == []
     assert offline.config["inputs"] == online.config["inputs"], "offline, the config is the record"
@@ -139,11 +144,15 @@ class CrashInEpoch3(L.Callback):
 
 
 def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_uploads(
-        tiny_cfg, monkeypatch, wandb_run_reader) -> None:
+    tiny_cfg, monkeypatch, wandb_run_reader
+) -> None:
     cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", "trainer.log_every_n_steps=1")  # 3 epochs
     build_trainer = run_module.build_trainer
-    monkeypatch.setattr(run_module, "build_trainer",
-                        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashInEpoch3()]))
+    monkeypatch.setattr(
+        run_module,
+        "build_trainer",
+        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashInEpoch3()]),
+    )
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_rung(cfg)
     monkeypatch.setattr(run_module, "build_trainer", build_trainer)
@@ -154,8 +163,12 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     parts = [wandb_run_reader(folder) for folder in readme_sync_folders(ladder)]  # what `wandb sync` uploads
     assert len(parts) == 2 and len({p.run["run_id"] for p in parts}) == 1, "one run, in two parts"
     rows = [row for part in parts for row in part.history]
-    for key, expected in (("val/acc", [1, 2, 3]), ("train/loss", [1, 2, 3]), ("track/layer1/distance_px", [0, 1, 2, 3]),
-                          ("test/acc", [3])):
+    for key, expected in (
+        ("val/acc", [1, 2, 3]),
+        ("train/loss", [1, 2, 3]),
+        ("track/layer1/distance_px", [0, 1, 2, 3]),
+        ("test/acc", [3]),
+    ):
         assert sorted(row["epoch"] for row in rows if key in row) == expected, key
     # The learning rate of every step; W&B keeps the two steps logged before the crash twice (same values).
     steps = sorted({row["trainer/global_step"] for row in rows if "lr" in row})
@@ -175,7 +188,8 @@ def test_the_readme_sync_command_uploads_every_run_of_a_ladder(smoke_ladder, wan
     makefile = (REPO / "Makefile").read_text()
     (recipe,) = re.findall(r"^\t\$\(VENV\)/bin/(wandb sync .*)$", makefile, flags=re.M)
     assert shlex.split(recipe.replace("$(LADDER_DIR)", "outputs/<ladder>")) == shlex.split(
-        re.search(r"`(wandb sync outputs/[^`]*)`", (REPO / "README.md").read_text()).group(1)), "make wandb-sync"
+        re.search(r"`(wandb sync outputs/[^`]*)`", (REPO / "README.md").read_text()).group(1)
+    ), "make wandb-sync"
 
 
 def test_analyze_updates_the_rungs_wandb_run(smoke_ladder, tmp_path: Path, wandb_run_reader, capsys) -> None:
@@ -212,8 +226,10 @@ def test_login_state_from_the_netrc_file(tmp_path: Path, monkeypatch) -> None:
 
 def test_the_report_run_id_depends_on_project_and_ladder_only() -> None:
     assert report_run_id("vit-ladder", "full") == report_run_id("vit-ladder", "full")
-    assert len({report_run_id("vit-ladder", "full"), report_run_id("vit-ladder", "smoke"),
-                report_run_id("other", "full")}) == 3
+    assert (
+        len({report_run_id("vit-ladder", "full"), report_run_id("vit-ladder", "smoke"), report_run_id("other", "full")})
+        == 3
+    )
 
 
 def test_no_private_wandb_module_is_imported() -> None:
@@ -224,8 +240,15 @@ def test_no_private_wandb_module_is_imported() -> None:
     private = []
     for path in [*(REPO / "src").rglob("*.py"), *(REPO / "scripts").glob("*.py"), *REPO.glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            private += [(path.name, n) for n in names if n.split(".")[0] in ("wandb", "wandb_workspaces")
-                        and any(part.startswith("_") or part in ("sdk", "apis") for part in n.split(".")[1:])]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            private += [
+                (path.name, n)
+                for n in names
+                if n.split(".")[0] in ("wandb", "wandb_workspaces")
+                and any(part.startswith("_") or part in ("sdk", "apis") for part in n.split(".")[1:])
+            ]
     assert not private

@@ -73,12 +73,18 @@ class AttentionAnalysis(L.Callback):
         self.seconds: float | None = None  # how long the final analysis took
 
     @classmethod
-    def from_config(cls, analysis_cfg: Mapping[str, Any], out_dir: Path, rung: str, patch_px: int,
-                    seed: int = 0) -> "AttentionAnalysis":
+    def from_config(
+        cls, analysis_cfg: Mapping[str, Any], out_dir: Path, rung: str, patch_px: int, seed: int = 0
+    ) -> AttentionAnalysis:
         """From the ``analysis:`` block of the Hydra config."""
         keys = ("num_images", "batch_size", "example_image", "track_every_n_epochs", "track_images", "enabled")
-        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed,
-                   **{k: analysis_cfg[k] for k in keys if k in analysis_cfg})
+        return cls(
+            out_dir=out_dir,
+            rung=rung,
+            patch_px=patch_px,
+            seed=seed,
+            **{k: analysis_cfg[k] for k in keys if k in analysis_cfg},
+        )
 
     # --- checkpointed state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -99,10 +105,10 @@ class AttentionAnalysis(L.Callback):
         layers = summary.layers
         values = {m.name: layers[m.name].tolist() for m in declared("figures")}  # name -> one value per layer
         metrics = {}
-        for l in range(summary.num_layers):
-            row = {name: per_layer[l] for name, per_layer in values.items()}
-            self.history.append({"epoch": epochs_trained, "layer": l, **row})
-            metrics.update({track_key(l, name): value for name, value in row.items()})
+        for layer in range(summary.num_layers):
+            row = {name: per_layer[layer] for name, per_layer in values.items()}
+            self.history.append({"epoch": epochs_trained, "layer": layer, **row})
+            metrics.update({track_key(layer, name): value for name, value in row.items()})
         return metrics
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -126,8 +132,14 @@ class AttentionAnalysis(L.Callback):
         started = time.perf_counter()
         test = trainer.datamodule.test
         n = min(self.num_images, len(test.images))
-        self.summary = analyse(_network(pl_module), test.images[:n], self.batch_size, self.patch_px,
-                               labels=test.labels[:n], example_index=min(self.example_image, n - 1))
+        self.summary = analyse(
+            _network(pl_module),
+            test.images[:n],
+            self.batch_size,
+            self.patch_px,
+            labels=test.labels[:n],
+            example_index=min(self.example_image, n - 1),
+        )
         classes = getattr(trainer.datamodule, "classes", None)
         self.files = write_analysis(self.summary, self.out_dir, self.rung, classes, self.history)
         for logger in trainer.loggers:

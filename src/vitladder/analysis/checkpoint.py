@@ -8,11 +8,10 @@ one-line ``CheckpointError`` naming the file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
@@ -53,7 +52,7 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     """Keys under ``prefix`` without it, with any ``_orig_mod.`` (torch.compile) removed."""
-    return {k[len(prefix):].replace("_orig_mod.", ""): v for k, v in state_dict.items() if k.startswith(prefix)}
+    return {k[len(prefix) :].replace("_orig_mod.", ""): v for k, v in state_dict.items() if k.startswith(prefix)}
 
 
 def _read(path: Path) -> dict:
@@ -74,7 +73,7 @@ def _vit_config(ckpt: Path, raw: object) -> ViTConfig:
 def _history(data: dict) -> list[dict]:
     """The callback's tracking rows, those of the expected shape only (the file may come from anyone)."""
     callbacks = data.get("callbacks")
-    for state in (callbacks.values() if isinstance(callbacks, dict) else ()):
+    for state in callbacks.values() if isinstance(callbacks, dict) else ():
         if isinstance(state, dict) and isinstance(state.get("history"), list):
             return [row for row in map(_tracking_row, state["history"]) if row is not None]
     return []
@@ -82,8 +81,9 @@ def _history(data: dict) -> list[dict]:
 
 def _tracking_row(row: object) -> dict | None:
     """A well-formed tracking row under today's names (older checkpoints used others), else None."""
-    if not isinstance(row, dict) or any(isinstance(value, bool) or not isinstance(value, (int, float))
-                                        for value in row.values()):
+    if not isinstance(row, dict) or any(
+        isinstance(value, bool) or not isinstance(value, (int, float)) for value in row.values()
+    ):
         return None
     try:
         return tracking_row(row)
@@ -110,15 +110,25 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
     run_dir = run_folder_of(ckpt)
     try:
         if data.get("format") == MODEL_FORMAT:
-            meta = LoadedModel(ckpt, "model.pt", _vit_config(ckpt, data["vit_config"]), run_dir,
-                               _text(data.get("rung")), _text(data.get("ladder")), _classes(data.get("classes")))
+            meta = LoadedModel(
+                ckpt,
+                "model.pt",
+                _vit_config(ckpt, data["vit_config"]),
+                run_dir,
+                _text(data.get("rung")),
+                _text(data.get("ladder")),
+                _classes(data.get("classes")),
+            )
             state_dict = _strip(data["state_dict"], "")
         elif "state_dict" in data and "hyper_parameters" in data:
-            meta = LoadedModel(ckpt, "lightning", _vit_config(ckpt, data["hyper_parameters"]["model"]), run_dir,
-                               history=_history(data))
+            meta = LoadedModel(
+                ckpt, "lightning", _vit_config(ckpt, data["hyper_parameters"]["model"]), run_dir, history=_history(data)
+            )
             state_dict = _strip(data["state_dict"], "model.")
         else:
-            raise CheckpointError(f"{ckpt}: not a checkpoint this project wrote (no model.pt format or Lightning state)")
+            raise CheckpointError(
+                f"{ckpt}: not a checkpoint this project wrote (no model.pt format or Lightning state)"
+            )
         model = build_vit(meta.vit_config)
         model.load_state_dict(state_dict)
     except (KeyError, TypeError, AttributeError, ValueError, RuntimeError) as error:
@@ -148,7 +158,11 @@ def test_split(cfg: DictConfig) -> tuple[Tensor, Tensor, tuple[str, ...]]:
 
     data = cfg.data
     splits = load_source(data)
-    _, _, test = split_train_val_test(splits, val_size=int(data.val_size), split_seed=int(data.split_seed),
-                                      train_subset=data.train_subset, test_subset=data.test_subset)
+    _, _, test = split_train_val_test(
+        splits,
+        val_size=int(data.val_size),
+        split_seed=int(data.split_seed),
+        train_subset=data.train_subset,
+        test_subset=data.test_subset,
+    )
     return test.images, test.labels, tuple(splits.classes)
-

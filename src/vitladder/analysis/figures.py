@@ -66,8 +66,13 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     ax = fig.add_subplot()
     for h in range(values.shape[1]):
         ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
-    ax.plot(layers, values.mean(axis=1), "o-", color="black", label="layer mean (6 heads)" if values.shape[1] == 6
-            else "layer mean")
+    ax.plot(
+        layers,
+        values.mean(axis=1),
+        "o-",
+        color="black",
+        label="layer mean (6 heads)" if values.shape[1] == 6 else "layer mean",
+    )
     if uniform is not None:
         ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
     top = max(values.max(), uniform if uniform is not None else values.max())
@@ -93,17 +98,21 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: s
     num_layers, num_heads, _ = cls_maps.shape
     cols = 2 + num_heads + 2  # image, a spacer for the row labels, heads, mean, rollout
     fig = Figure(figsize=(1.3 * (cols - 0.7), 1.3 * num_layers + 0.5))
-    axes = fig.subplots(num_layers, cols, squeeze=False,
-                        gridspec_kw={"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08})
+    axes = fig.subplots(
+        num_layers,
+        cols,
+        squeeze=False,
+        gridspec_kw={"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08},
+    )
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.03, top=1 - 0.6 / (1.3 * num_layers + 0.5))
-    for l in range(num_layers):
-        axes[l, 0].axis("off")
-        axes[l, 1].axis("off")
+    for layer in range(num_layers):
+        axes[layer, 0].axis("off")
+        axes[layer, 1].axis("off")
         for h in range(num_heads):
-            _show_map(axes[l, 2 + h], cls_maps[l, h], grid)
-        _show_map(axes[l, 2 + num_heads], cls_maps[l].mean(axis=0), grid)
-        _show_map(axes[l, 3 + num_heads], rollout[l], grid)
-        axes[l, 2].set_ylabel(f"layer {l}")
+            _show_map(axes[layer, 2 + h], cls_maps[layer, h], grid)
+        _show_map(axes[layer, 2 + num_heads], cls_maps[layer].mean(axis=0), grid)
+        _show_map(axes[layer, 3 + num_heads], rollout[layer], grid)
+        axes[layer, 2].set_ylabel(f"layer {layer}")
     axes[0, 0].imshow(example.image.permute(1, 2, 0).numpy())
     axes[0, 0].set_title("image", fontsize=9)
     for h in range(num_heads):
@@ -111,8 +120,9 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: s
     axes[0, 2 + num_heads].set_title("head mean", fontsize=9)
     axes[0, 3 + num_heads].set_title("rollout to here", fontsize=9)
     fig.suptitle(title)
-    axes[-1, 0].text(0.0, 0.0, "each map\nscaled to its\nown maximum", fontsize=8, color="gray",
-                     transform=axes[-1, 0].transAxes)
+    axes[-1, 0].text(
+        0.0, 0.0, "each map\nscaled to its\nown maximum", fontsize=8, color="gray", transform=axes[-1, 0].transAxes
+    )
     return save_figure(fig, path)
 
 
@@ -134,8 +144,11 @@ def plot_explainer(path: str | Path) -> Path:
         ax.tick_params(which="minor", length=0)
         ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="tab:blue", linewidth=2.5))
         ax.set_title(f"{name}\n{distance:.1f} px, {entropy:.2f} nats", fontsize=10)
-    fig.suptitle(f"Three made-up heads for the patch at row {row}, column {col} (outlined), over the "
-                 f"{grid * grid} patches only\n(each map scaled to its own maximum)", fontsize=10)
+    fig.suptitle(
+        f"Three made-up heads for the patch at row {row}, column {col} (outlined), over the "
+        f"{grid * grid} patches only\n(each map scaled to its own maximum)",
+        fontsize=10,
+    )
     return save_figure(fig, path)
 
 
@@ -145,8 +158,9 @@ def _layer_colors(num_layers: int) -> list:
 
 
 @_plain_text
-def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str,
-                  path: str | Path) -> Path:
+def plot_tracking(
+    history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str, path: str | Path
+) -> Path:
     """Per-layer values over training, one panel per metric tracked (``declared("figures")``): ``history`` rows
     have epoch, layer and each metric's name; ``uniform`` (metric name -> value) adds a dashed line."""
     metrics = declared("figures")
@@ -172,8 +186,9 @@ def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, 
 
 
 @_plain_text
-def plot_layer_lines(series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str,
-                     title: str, path: str | Path) -> Path:
+def plot_layer_lines(
+    series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str, title: str, path: str | Path
+) -> Path:
     """One line per named series over the layers (e.g. one per rung), reference values dashed."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()

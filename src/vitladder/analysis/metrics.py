@@ -196,12 +196,33 @@ def declared(at_least: Shown = "csv") -> tuple[HeadMetric, ...]:
 
 
 METRICS: tuple[HeadMetric, ...] = (
-    HeadMetric("distance_px", lambda attn, px: mean_attention_distance(attn, px, "renormalise"),
-               "mean attention distance", "px", "distance", digits=1, uniform=uniform_distance),
-    HeadMetric("entropy_nats", lambda attn, px: attention_entropy(attn), "entropy", "nats", "entropy", digits=2,
-               uniform=lambda grid, px: uniform_entropy(1 + grid * grid)),
+    HeadMetric(
+        "distance_px",
+        lambda attn, px: mean_attention_distance(attn, px, "renormalise"),
+        "mean attention distance",
+        "px",
+        "distance",
+        digits=1,
+        uniform=uniform_distance,
+    ),
+    HeadMetric(
+        "entropy_nats",
+        lambda attn, px: attention_entropy(attn),
+        "entropy",
+        "nats",
+        "entropy",
+        digits=2,
+        uniform=lambda grid, px: uniform_entropy(1 + grid * grid),
+    ),
     HeadMetric("cls_share", lambda attn, px: cls_share(attn), "CLS share", "", "cls_share", digits=3, shown="wandb"),
     # The convention of published code (CLS dropped, not renormalised), for comparison only.
-    HeadMetric("distance_drop_px", lambda attn, px: mean_attention_distance(attn, px, "drop"),
-               "mean attention distance, CLS dropped", "px", "distance_drop", digits=1, shown="csv"),
+    HeadMetric(
+        "distance_drop_px",
+        lambda attn, px: mean_attention_distance(attn, px, "drop"),
+        "mean attention distance, CLS dropped",
+        "px",
+        "distance_drop",
+        digits=1,
+        shown="csv",
+    ),
 )

@@ -47,8 +47,12 @@ def layers_columns() -> tuple[str, ...]:
     """layers.csv: layer, the metrics shown beyond the CSVs, the uniform values, then the CSV-only variants
     (the order files of earlier versions have)."""
     shown, csv_only = declared("wandb"), [m for m in declared() if m.shown == "csv"]
-    return ("layer", *(m.name for m in shown), *(f"uniform_{m.name}" for m in declared() if m.uniform),
-            *(m.name for m in csv_only))
+    return (
+        "layer",
+        *(m.name for m in shown),
+        *(f"uniform_{m.name}" for m in declared() if m.uniform),
+        *(m.name for m in csv_only),
+    )
 
 
 def tracking_columns() -> tuple[str, ...]:
@@ -57,8 +61,12 @@ def tracking_columns() -> tuple[str, ...]:
 
 
 # Column names of analysis folders written before the names were unified, read under today's names.
-LEGACY_COLUMNS = {"mean_distance_px": "distance_px", "mean_distance_drop_px": "distance_drop_px",
-                  "distance": "distance_px", "entropy": "entropy_nats"}
+LEGACY_COLUMNS = {
+    "mean_distance_px": "distance_px",
+    "mean_distance_drop_px": "distance_drop_px",
+    "distance": "distance_px",
+    "entropy": "entropy_nats",
+}
 CLASS_NAME_CHARS = 40  # a longer class name is cut short in figure titles
 
 
@@ -69,18 +77,24 @@ def _num(value: float) -> float:
 def head_rows(summary: AttentionSummary) -> list[dict]:
     """One row per head, layer-major: ``L * H`` rows in heads_columns()."""
     heads = summary.heads
-    return [{"layer": l, "head": h, **{name: _num(values[l, h]) for name, values in heads.items()}}
-            for l in range(summary.num_layers)
-            for h in range(summary.num_heads)]
+    return [
+        {"layer": layer, "head": h, **{name: _num(values[layer, h]) for name, values in heads.items()}}
+        for layer in range(summary.num_layers)
+        for h in range(summary.num_heads)
+    ]
 
 
 def layer_rows(summary: AttentionSummary) -> list[dict]:
     """One row per layer (mean of its heads) in layers_columns()."""
     layers = summary.layers
     uniform = {f"uniform_{name}": _num(value) for name, value in summary.uniform.items()}
-    return [{key: l if key == "layer" else uniform[key] if key in uniform else _num(layers[key][l])
-             for key in layers_columns()}
-            for l in range(summary.num_layers)]
+    return [
+        {
+            key: layer if key == "layer" else uniform[key] if key in uniform else _num(layers[key][layer])
+            for key in layers_columns()
+        }
+        for layer in range(summary.num_layers)
+    ]
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
@@ -106,8 +120,11 @@ def tracking_row(row: Mapping) -> dict:
     """A tracking history row in tracking_columns(), older key names accepted. A metric the row lacks (declared
     after it was written: an empty cell in tracking.csv) is left out."""
     row = {LEGACY_COLUMNS.get(k, k): v for k, v in row.items()}
-    return {"epoch": int(row["epoch"]), "layer": int(row["layer"]),
-            **{m.name: float(row[m.name]) for m in declared("figures") if row.get(m.name) not in (None, "")}}
+    return {
+        "epoch": int(row["epoch"]),
+        "layer": int(row["layer"]),
+        **{m.name: float(row[m.name]) for m in declared("figures") if row.get(m.name) not in (None, "")},
+    }
 
 
 def read_tracking(out_dir: str | Path) -> list[dict]:
@@ -148,23 +165,31 @@ def write_analysis(
     }
     for metric in declared("figures"):  # <short>.png: every head of every layer
         written[metric.short] = figures.plot_heads(
-            summary.heads[metric.name].numpy(), summary.uniform.get(metric.name), metric.axis_label,
-            f"{rung}: {metric.short} per head ({where})", out / f"{metric.short}.png")
+            summary.heads[metric.name].numpy(),
+            summary.uniform.get(metric.name),
+            metric.axis_label,
+            f"{rung}: {metric.short} per head ({where})",
+            out / f"{metric.short}.png",
+        )
     written["explainer"] = figures.plot_explainer(out / "explainer.png")
     example = summary.example
     if example is not None:
+
         def name(index: int | None) -> str:  # a class-folder name: one short line of text in the title
             if index is None:
                 return "?"
             return printable(classes[index], limit=CLASS_NAME_CHARS) if classes and index < len(classes) else str(index)
 
-        title = f"{rung}: CLS attention, test image {example.index} (true {name(example.label)}, " \
-                f"predicted {name(example.predicted)})"
+        title = (
+            f"{rung}: CLS attention, test image {example.index} (true {name(example.label)}, "
+            f"predicted {name(example.predicted)})"
+        )
         written["cls_attention"] = figures.plot_cls_attention(example, summary.grid, title, out / "cls_attention.png")
     if history:
         rows = [tracking_row(r) for r in history]
         rounded = [{k: v if k in ("epoch", "layer") else _num(v) for k, v in r.items()} for r in rows]
         written["tracking"] = write_csv(out / TRACKING_CSV, tracking_columns(), rounded)
-        written["locality"] = figures.plot_tracking(rows, summary.uniform, f"{rung}: locality forming during training",
-                                                    out / "locality.png")
+        written["locality"] = figures.plot_tracking(
+            rows, summary.uniform, f"{rung}: locality forming during training", out / "locality.png"
+        )
     return written

@@ -64,7 +64,7 @@ class HeadStats(Mapping[str, Tensor]):
     def __len__(self) -> int:
         return len(self.by_name)
 
-    def layer_means(self) -> "HeadStats":
+    def layer_means(self) -> HeadStats:
         """Mean of each layer's heads, every metric ``(L,)``."""
         return HeadStats({name: value.mean(dim=-1) for name, value in self.items()})
 
@@ -114,7 +114,7 @@ def _inputs(model: nn.Module, images_u8: Tensor) -> Tensor:
 def _example(model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int) -> ExampleAttention:
     image = images_u8[index : index + 1]  # (1, 3, H, W)
     logits, maps = capture_attention(model, _inputs(model, image))  # maps: [(1, H, T, T)] * L
-    rollouts = torch.cat([attention_rollout(maps[: l + 1]) for l in range(len(maps))])  # (L, N)
+    rollouts = torch.cat([attention_rollout(maps[: layer + 1]) for layer in range(len(maps))])  # (L, N)
     return ExampleAttention(
         index=index,
         image=image[0].cpu(),
@@ -140,7 +140,9 @@ def analyse(
     (None: no example) picks the image whose CLS maps and rollout are kept.
     """
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
-        raise ValueError(f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}")
+        raise ValueError(
+            f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}"
+        )
     metrics = declared()
     total: Tensor | None = None  # (L, M, H) batch-size-weighted sums
     num_tokens = 0
@@ -172,4 +174,3 @@ def analyse(
         uniform={m.name: m.uniform(grid, patch_px) for m in metrics if m.uniform is not None},
         example=example,
     )
-

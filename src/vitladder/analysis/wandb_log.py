@@ -56,12 +56,18 @@ def log_analysis(run, summary: AttentionSummary, files: Mapping[str, Path], rung
         return wandb.Table(columns=[*RUN_COLUMNS, *columns], data=[[*ident.values(), *r.values()] for r in rows])
 
     layers = table(layers_columns(), layer_rows(summary))
-    charts = {f"analysis/{key}_by_layer": wandb.plot.line(layers, "layer", key, title=f"{rung}: {title} by layer")
-              for key, title in by_layer_charts().items()}
-    images = {f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in files.items()
-              if Path(path).suffix == ".png"}
-    run.log({"analysis/heads": table(heads_columns(), head_rows(summary)), "analysis/layers": layers, **charts,
-             **images})
+    charts = {
+        f"analysis/{key}_by_layer": wandb.plot.line(layers, "layer", key, title=f"{rung}: {title} by layer")
+        for key, title in by_layer_charts().items()
+    }
+    images = {
+        f"analysis/figures/{name}": wandb.Image(str(path))
+        for name, path in files.items()
+        if Path(path).suffix == ".png"
+    }
+    run.log(
+        {"analysis/heads": table(heads_columns(), head_rows(summary)), "analysis/layers": layers, **charts, **images}
+    )
     run.summary.update(analysis_summary_keys(summary))
 
 
@@ -78,8 +84,10 @@ def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping
         return None
     try:
         log_analysis(run, summary, files, str(cfg.rung), int(cfg.seed))
-        run.log_artifact(analysis_artifact(RunPaths(Path(run_dir)).analysis, str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
-                         aliases=["latest", str(cfg.rung)])
+        run.log_artifact(
+            analysis_artifact(RunPaths(Path(run_dir)).analysis, str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
+            aliases=["latest", str(cfg.rung)],
+        )
         return run.id
     finally:
         run.finish()

@@ -20,8 +20,11 @@ def load_source(data_cfg: DictConfig) -> ImageSplits:
     if source == "cifar10":
         return load_cifar10(Path(data_cfg.root), download=True)
     if source == "imagefolder":
-        return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir),
-                                 max_file_mib=data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB))
+        return load_image_folder(
+            Path(data_cfg.root),
+            cache_dir=Path(data_cfg.cache_dir),
+            max_file_mib=data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB),
+        )
     if source == "synthetic":
         return make_synthetic(int(data_cfg.num_train), int(data_cfg.num_test), seed=int(data_cfg.get("seed", 0)))
     raise DataError(f"unknown data source '{source}': use data=cifar10, data=imagefolder or data=synthetic")
@@ -113,11 +116,11 @@ class ImageDataModule(L.LightningDataModule):
             test_subset=self.cfg.test_subset,
         )
         if int(self.cfg.batch_size) > len(train.labels):  # drop_last would leave no training batch at all
-            raise UserError(f"data.batch_size={int(self.cfg.batch_size)} is larger than the training split "
-                            f"({len(train.labels)} images): lower data.batch_size")
-        self.train, self.val, self.test = (
-            Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test)
-        )
+            raise UserError(
+                f"data.batch_size={int(self.cfg.batch_size)} is larger than the training split "
+                f"({len(train.labels)} images): lower data.batch_size"
+            )
+        self.train, self.val, self.test = (Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test))
 
     def _epochs_done(self) -> int:
         # Batches are a pure function of (seed, epoch). Epochs processed, not `current_epoch`: Lightning

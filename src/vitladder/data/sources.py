@@ -94,8 +94,9 @@ def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
 
     train_images, train_labels = to_tensors(train)
     test_images, test_labels = to_tensors(test)
-    return ImageSplits(train_images, train_labels, test_images, test_labels, tuple(train.classes),
-                       official_test_order=True)
+    return ImageSplits(
+        train_images, train_labels, test_images, test_labels, tuple(train.classes), official_test_order=True
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,8 +115,10 @@ def _to_rgb(image: Image.Image, name: str, source: Path) -> np.ndarray:
         grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)  # (H, W): 65535 -> 255
         return np.repeat(grey[:, :, None], 3, axis=2)
     if mode in ("I", "F"):
-        raise DataError(f"{source}: {name} has {'32-bit integer' if mode == 'I' else 'floating-point'} pixels "
-                        f"(mode {mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG")
+        raise DataError(
+            f"{source}: {name} has {'32-bit integer' if mode == 'I' else 'floating-point'} pixels "
+            f"(mode {mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG"
+        )
     if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
         rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
         return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
@@ -161,8 +164,10 @@ def _is_candidate(parts: Parts) -> bool:
 def _limits(max_file_mib: object) -> Limits:
     ok = isinstance(max_file_mib, (int, float)) and not isinstance(max_file_mib, bool)
     if not ok or not math.isfinite(max_file_mib) or max_file_mib <= 0:
-        raise DataError(f"data.max_file_mib={max_file_mib!r} is not valid: it takes a positive number of MiB, "
-                        f"e.g. data.max_file_mib={DEFAULT_MAX_FILE_MIB}")
+        raise DataError(
+            f"data.max_file_mib={max_file_mib!r} is not valid: it takes a positive number of MiB, "
+            f"e.g. data.max_file_mib={DEFAULT_MAX_FILE_MIB}"
+        )
     return Limits(max_file_bytes=max(1, int(max_file_mib * 2**20)))
 
 
@@ -174,8 +179,10 @@ def _fingerprint(path: Path, listing: Listing | None) -> str:
                 digest.update(chunk)
     else:  # folder: hashing every file would be as slow as decoding, so names, sizes and mtimes
         lines = [f"d\0{chr(0).join(parts)}" for parts in sorted(listing.dirs)]
-        lines += [f"f\0{chr(0).join(parts)}\0{node.stamp if isinstance(node, Node) else node}"
-                  for parts, node in sorted(listing.files.items())]
+        lines += [
+            f"f\0{chr(0).join(parts)}\0{node.stamp if isinstance(node, Node) else node}"
+            for parts, node in sorted(listing.files.items())
+        ]
         for line in lines:
             digest.update(f"{line}\n".encode("utf-8", "surrogateescape"))  # any file name, even undecodable
     return digest.hexdigest()
@@ -292,8 +299,10 @@ def load_image_folder(
         raise DataError(f"data root {source} is neither a folder nor a .tar/.tar.gz/.tar.xz archive")
     size = source.stat().st_size
     if is_archive and size > limits.max_total_bytes:  # checked before the fingerprint reads it all
-        raise DataError(f"{source} is over {limits.max_total_bytes / 2**30:g} GiB: "
-                        "too big for one data set of small images; split it")
+        raise DataError(
+            f"{source} is over {limits.max_total_bytes / 2**30:g} GiB: "
+            "too big for one data set of small images; split it"
+        )
 
     folder = None if is_archive else FolderTree(source)
     listing = None if folder is None else walk(folder, source, limits, _is_candidate)
@@ -367,8 +376,10 @@ def make_synthetic(num_train: int, num_test: int, seed: int = 0, image_size: int
     Deterministic given ``seed``.
     """
     if num_train < 0 or num_test < 0 or image_size < 4:
-        raise DataError(f"synthetic data needs num_train, num_test >= 0 and image_size >= 4, "
-                        f"got {num_train}, {num_test}, {image_size}")
+        raise DataError(
+            f"synthetic data needs num_train, num_test >= 0 and image_size >= 4, "
+            f"got {num_train}, {num_test}, {image_size}"
+        )
     generator = torch.Generator().manual_seed(seed)
     num_classes = len(SYNTHETIC_CLASSES)
 

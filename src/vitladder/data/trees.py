@@ -77,9 +77,14 @@ def too_big(source: Path, name: str, size: int, limits: Limits) -> DataError:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "dir"), (stat.S_ISREG, "file"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "dir"),
+        (stat.S_ISREG, "file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a file"
@@ -109,8 +114,10 @@ def walk(tree: Tree, source: Path, limits: Limits, wanted: Callable[[Parts], boo
             parts = here + (name,)
             count += 1
             if count > limits.max_entries:
-                raise DataError(f"{source} holds more than {limits.max_entries:,} files and folders: "
-                                "too many for one data set of small images; split it")
+                raise DataError(
+                    f"{source} holds more than {limits.max_entries:,} files and folders: "
+                    "too many for one data set of small images; split it"
+                )
             try:
                 node = tree.lookup(parts)
             except Unreadable as why:
@@ -118,30 +125,37 @@ def walk(tree: Tree, source: Path, limits: Limits, wanted: Callable[[Parts], boo
                 continue
             if node.kind == "dir":
                 if node.key in ancestors:
-                    raise DataError(f"{source}: {show(parts)} is a symlink loop (it leads back to a folder "
-                                    "that holds it): remove it")
+                    raise DataError(
+                        f"{source}: {show(parts)} is a symlink loop (it leads back to a folder "
+                        "that holds it): remove it"
+                    )
                 listing.dirs.add(parts)
                 stack.append((parts, ancestors + (node.key,)))
             elif wanted(parts):
                 if node.kind != "file":
                     what = f"a link to {node.kind}" if node.via_link else node.kind
-                    listing.files[parts] = DataError(f"{source}: {show(parts)} is not a regular file ({what}): "
-                                                     "remove it")
+                    listing.files[parts] = DataError(
+                        f"{source}: {show(parts)} is not a regular file ({what}): remove it"
+                    )
                     continue
                 if node.size > limits.max_file_bytes:
                     listing.files[parts] = too_big(source, show(parts), node.size, limits)
                     continue
                 total += node.size
                 if total > limits.max_total_bytes:
-                    raise DataError(f"{source}: more than {limits.max_total_bytes / 2**30:g} GiB of images to read: "
-                                    "too much for one data set of small images; split it")
+                    raise DataError(
+                        f"{source}: more than {limits.max_total_bytes / 2**30:g} GiB of images to read: "
+                        "too much for one data set of small images; split it"
+                    )
                 listing.files[parts] = node
     if broken:
         parts, why = min(broken)
         n = len(broken)
-        raise DataError(f"{source}: {show(parts)} {why} ({n} link{'s' * (n > 1)} in all cannot be followed): "
-                        f"point {'it' if n == 1 else 'them'} at files inside the {tree.kind} or remove "
-                        f"{'it' if n == 1 else 'them'}")
+        raise DataError(
+            f"{source}: {show(parts)} {why} ({n} link{'s' * (n > 1)} in all cannot be followed): "
+            f"point {'it' if n == 1 else 'them'} at files inside the {tree.kind} or remove "
+            f"{'it' if n == 1 else 'them'}"
+        )
     return listing
 
 
@@ -160,8 +174,9 @@ class FolderTree:
         try:
             return sorted(os.listdir(path))
         except OSError as error:
-            raise DataError(f"could not list {printable(path)} ({error.strerror or error}): "
-                            "check its permissions") from error
+            raise DataError(
+                f"could not list {printable(path)} ({error.strerror or error}): check its permissions"
+            ) from error
 
     def lookup(self, parts: Parts) -> Node:
         path = self.root.joinpath(*parts)
@@ -172,10 +187,16 @@ class FolderTree:
                 raise Unreadable("is a symlink loop") from error
             if os.path.islink(path):
                 raise Unreadable(f"is a dangling symlink (to {printable(os.readlink(path), 200)})") from error
-            raise DataError(f"could not read {printable(path)} ({error.strerror or error}): "
-                            "check its permissions") from error
-        return Node(_kind(st.st_mode), st.st_size, (st.st_dev, st.st_ino), os.path.islink(path),
-                    f"{st.st_size}:{st.st_mtime_ns}")
+            raise DataError(
+                f"could not read {printable(path)} ({error.strerror or error}): check its permissions"
+            ) from error
+        return Node(
+            _kind(st.st_mode),
+            st.st_size,
+            (st.st_dev, st.st_ino),
+            os.path.islink(path),
+            f"{st.st_size}:{st.st_mtime_ns}",
+        )
 
     def read(self, parts: Parts, source: Path, limits: Limits) -> bytes:
         """The bytes of a regular file, re-checked on the open file: it may have changed since the walk."""
@@ -187,15 +208,22 @@ class FolderTree:
                     raise DataError(f"{source}: {show(parts)} is not a regular file ({_kind(st.st_mode)}): remove it")
                 data = f.read(limits.max_file_bytes + 1)
         except OSError as error:
-            raise DataError(f"could not read {printable(path)} ({error.strerror or error}): "
-                            "check its permissions") from error
+            raise DataError(
+                f"could not read {printable(path)} ({error.strerror or error}): check its permissions"
+            ) from error
         if len(data) > limits.max_file_bytes:
             raise too_big(source, show(parts), os.stat(path).st_size, limits)
         return data
 
 
-def read_folder(tree: FolderTree, listing: Listing, source: Path, limits: Limits,
-                decode: Callable[[bytes, Parts], object], advance: Callable[[int], None]) -> dict[Parts, object]:
+def read_folder(
+    tree: FolderTree,
+    listing: Listing,
+    source: Path,
+    limits: Limits,
+    decode: Callable[[bytes, Parts], object],
+    advance: Callable[[int], None],
+) -> dict[Parts, object]:
     """{wanted path: decode(its bytes), or the DataError that stands for it}; a file is read once."""
     decoded: dict[Hashable, object] = {}
     images: dict[Parts, object] = {}
@@ -221,8 +249,13 @@ _DECOMPRESSORS: dict[bytes, Callable[[BinaryIO], BinaryIO]] = {
     b"\xfd7zXZ\x00": lambda f: lzma.open(f),
     b"BZh": lambda f: bz2.open(f),
 }
-_EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
-                     tarfile.SOLARIS_XHDTYPE)
+_EXTENDED_HEADERS = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
@@ -253,8 +286,10 @@ class _Budget:
         data = self.stream.read(room if size < 0 else min(size, room))
         self.count += len(data)
         if self.count > self.limit:
-            raise DataError(f"{self.source}: more than {self.limit / 2**30:.1f} GiB once decompressed: "
-                            "too much for one data set of small images; split it")
+            raise DataError(
+                f"{self.source}: more than {self.limit / 2**30:.1f} GiB once decompressed: "
+                "too much for one data set of small images; split it"
+            )
         return data
 
     def tell(self) -> int:
@@ -284,14 +319,18 @@ def stream_members(source: Path, limits: Limits, advance: Callable[[int], None])
                 archive.members.clear()  # a stream never looks back; a million headers would cost ~0.5 GB
                 count += 1
                 if count > limits.max_entries:
-                    raise DataError(f"{source} holds more than {limits.max_entries:,} members: "
-                                    "too many for one data set of small images; split it")
+                    raise DataError(
+                        f"{source} holds more than {limits.max_entries:,} members: "
+                        "too many for one data set of small images; split it"
+                    )
                 if member.size > limits.max_file_bytes:  # before tarfile reads a byte of its data
                     raise too_big(source, f"member {printable(member.name, 300)}", member.size, limits)
                 total += member.size
                 if total > limits.max_total_bytes:
-                    raise DataError(f"{source}: more than {limits.max_total_bytes / 2**30:g} GiB of members: "
-                                    "too much for one data set of small images; split it")
+                    raise DataError(
+                        f"{source}: more than {limits.max_total_bytes / 2**30:g} GiB of members: "
+                        "too much for one data set of small images; split it"
+                    )
                 yield relative_parts(member.name), member, lambda m=member: archive.extractfile(m).read(m.size)
                 advance(raw.tell())  # compressed bytes consumed: the progress bar's unit
             # Read on to the end: a compressed stream checks its end marker and checksum only there,
@@ -380,9 +419,13 @@ class ArchiveTree:
         return real, hops
 
 
-def read_archive(source: Path, limits: Limits, wanted: Callable[[Parts], bool],
-                 decode: Callable[[bytes, Parts], object],
-                 advance: Callable[[int], None]) -> tuple[set[Parts], dict[Parts, object]]:
+def read_archive(
+    source: Path,
+    limits: Limits,
+    wanted: Callable[[Parts], bool],
+    decode: Callable[[bytes, Parts], object],
+    advance: Callable[[int], None],
+) -> tuple[set[Parts], dict[Parts, object]]:
     """(folders, {wanted path: decode(its bytes) or the DataError that stands for it}) of a tar archive."""
     entries: dict[Parts, _Entry] = {}
     decoded: dict[Parts, object] = {}

@@ -10,9 +10,9 @@ The images are the first N of the run's own test split, as in the analysis (CIFA
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -119,8 +119,11 @@ def export_demo(
         "patch_size": vit.patch_size,
         "image_size": vit.img_size,
         "lut": encode_array(colormap_lut(), "u1"),
-        "images": [entry for start in range(0, len(images), BATCH)  # batches bound the float maps' memory
-                   for entry in attention_payload(model, images[start:start + BATCH], labels[start:start + BATCH])],
+        "images": [
+            entry
+            for start in range(0, len(images), BATCH)  # batches bound the float maps' memory
+            for entry in attention_payload(model, images[start : start + BATCH], labels[start : start + BATCH])
+        ],
     }
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(meta)
     out_dir.mkdir(parents=True, exist_ok=True)

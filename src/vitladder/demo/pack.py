@@ -78,12 +78,14 @@ _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 def render_data_js(payload: dict[str, Any]) -> str:
     body = json.dumps(payload, separators=(",", ":")).translate(_SCRIPT_SAFE)  # ensure_ascii: U+2028 escaped too
-    return (f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
-            f"window.{GLOBAL_NAME} = {body};\n")
+    return (
+        f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
+        f"window.{GLOBAL_NAME} = {body};\n"
+    )
 
 
 def read_data_js(path: str | Path) -> dict[str, Any]:
     """The payload of a ``data.js`` written by :func:`render_data_js`."""
     text = Path(path).read_text()
     start, end = text.index("{"), text.rindex("}")
-    return json.loads(text[start:end + 1])
+    return json.loads(text[start : end + 1])

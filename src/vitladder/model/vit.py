@@ -28,8 +28,14 @@ class ViTConfig:
 # What a ViTConfig may ask for: generous for any ViT on small images (the project's is 12.5 M
 # parameters), tight enough that a crafted checkpoint cannot make the loader allocate terabytes.
 LIMITS: dict[str, tuple[float, float]] = {
-    "patch_size": (1, 64), "embed_dim": (1, 4096), "depth": (1, 64), "num_heads": (1, 64), "mlp_ratio": (0.25, 16.0),
-    "drop_path_rate": (0.0, 0.99), "num_classes": (1, 100_000), "img_size": (1, 1024),
+    "patch_size": (1, 64),
+    "embed_dim": (1, 4096),
+    "depth": (1, 64),
+    "num_heads": (1, 64),
+    "mlp_ratio": (0.25, 16.0),
+    "drop_path_rate": (0.0, 0.99),
+    "num_classes": (1, 100_000),
+    "img_size": (1, 1024),
 }
 MAX_TOKENS = 4096  # patches per image: attention maps grow with its square
 MAX_PARAMETERS = 1_000_000_000  # ViT-Huge has 0.63 G

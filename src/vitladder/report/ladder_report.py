@@ -23,10 +23,17 @@ from vitladder.config_schema import ReferenceFigures
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
-__all__ = ["RungResult", "build_report", "ci_columns", "collect", "figures", "has_reference", "ladder_columns",
-           "mean_ci", "t_quantile_975"]
-
-
+__all__ = [
+    "RungResult",
+    "build_report",
+    "ci_columns",
+    "collect",
+    "figures",
+    "has_reference",
+    "ladder_columns",
+    "mean_ci",
+    "t_quantile_975",
+]
 
 
 def has_reference(metric: HeadMetric) -> bool:
@@ -55,9 +62,38 @@ def figures() -> tuple[str, ...]:
 
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
-_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
-         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
-         2.0518, 2.0484, 2.0452, 2.0423)
+_T975 = (
+    12.7062,
+    4.3027,
+    3.1824,
+    2.7764,
+    2.5706,
+    2.4469,
+    2.3646,
+    2.3060,
+    2.2622,
+    2.2281,
+    2.2010,
+    2.1788,
+    2.1604,
+    2.1448,
+    2.1314,
+    2.1199,
+    2.1098,
+    2.1009,
+    2.0930,
+    2.0860,
+    2.0796,
+    2.0739,
+    2.0687,
+    2.0639,
+    2.0595,
+    2.0555,
+    2.0518,
+    2.0484,
+    2.0452,
+    2.0423,
+)
 
 
 def t_quantile_975(df: int) -> float:
@@ -124,11 +160,14 @@ def _read_run(path: Path) -> RunRecord | None:
     layers_csv = paths.layers_csv
     try:
         done = read_summary(path)
-        layers = ([{k: float(v) for k, v in r.items()} for r in read_analysis_csv(layers_csv)]
-                  if layers_csv.is_file() else [])
+        layers = (
+            [{k: float(v) for k, v in r.items()} for r in read_analysis_csv(layers_csv)] if layers_csv.is_file() else []
+        )
     except (ValueError, TypeError) as error:
-        raise UserError(f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
-                        "delete the file and rerun the rung or scripts/analyze.py") from None
+        raise UserError(
+            f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
+            "delete the file and rerun the rung or scripts/analyze.py"
+        ) from None
     config = {}
     if paths.config.is_file():
         from omegaconf import OmegaConf
@@ -141,8 +180,11 @@ def _read_run(path: Path) -> RunRecord | None:
 def collect(ladder_dir: str | Path) -> list[RungResult]:
     """The finished rungs of a ladder folder, in ladder order, each with its seeds sorted."""
     runs = [r for p in sorted(Path(ladder_dir).iterdir()) if p.is_dir() and (r := _read_run(p)) is not None]
-    return [RungResult(rung, sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed))
-            for rung in rung_names() if any(r.rung == rung for r in runs)]
+    return [
+        RungResult(rung, sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed))
+        for rung in rung_names()
+        if any(r.rung == rung for r in runs)
+    ]
 
 
 def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
@@ -180,8 +222,11 @@ def _setup_line(results: list[RungResult]) -> str:
             source = data.get("source", "?") + (f" ({data['root']})" if data.get("source") == "imagefolder" else "")
             subsets = ", ".join(f"{k}={data[k]}" for k in ("train_subset", "test_subset") if data.get(k))
             images = run.done.get("analysis_images") or cfg.get("analysis", {}).get("num_images", "?")
-            seen.add(f"profile `{profile}`, data `{source}`" + (f" ({subsets})" if subsets else "")
-                     + f", attention over the first {images} test images")
+            seen.add(
+                f"profile `{profile}`, data `{source}`"
+                + (f" ({subsets})" if subsets else "")
+                + f", attention over the first {images} test images"
+            )
     line = "Setup: " + ("; ".join(sorted(seen)) if seen else "unknown (no config.yaml in the run folders)") + "."
     if any("profile `full`" not in s or "synthetic" in s for s in seen):
         line += " Not the full GPU recipe on CIFAR-10: compare the shape of the numbers, not their values."
@@ -218,34 +263,60 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
     several = any(len(r.runs) > 1 for r in results)
     header = ["rung", "adds", "test acc.", "ref.", *_metric_header(), "seeds", "figures"]
-    lines = [f"# Ladder report: `{ladder_dir.name}`", "", _setup_line(results), "",
-             "Project figures beside the reference (one seed of a GPU run)"
-             + (", as mean ± 95% CI (Student t) over seeds." if several else "."), "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"# Ladder report: `{ladder_dir.name}`",
+        "",
+        _setup_line(results),
+        "",
+        "Project figures beside the reference (one seed of a GPU run)"
+        + (", as mean ± 95% CI (Student t) over seeds." if several else "."),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for rung in rung_names():
         info, result = get_rung(rung), by_rung.get(rung)
         ref = info.reference  # the article's figures; {} for a rung it did not train
         ref_acc = f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—"
         if result is None:
-            lines.append(f"| `{rung}` | {info.description} | — | {ref_acc} | "
-                         + " | ".join(_metric_cells(None, ref)) + " | 0 | not finished |")
+            lines.append(
+                f"| `{rung}` | {info.description} | — | {ref_acc} | "
+                + " | ".join(_metric_cells(None, ref))
+                + " | 0 | not finished |"
+            )
             continue
         links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
         lines.append(
             f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
-            + " | ".join(_metric_cells(result, ref)) + f" | {len(result.runs)} | {links} |")
+            + " | ".join(_metric_cells(result, ref))
+            + f" | {len(result.runs)} | {links} |"
+        )
     per_layer = [line for m in declared("figures") for line in (f"![{m.short} per layer]({m.short}_by_layer.png)", "")]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
-    lines += ["", "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "
-              "uniform attention is ln 65 = 4.17 nats (patch 4) or ln 17 = 2.83 nats (patch 8).", "",
-              "## Figures", "", *per_layer,
-              "![three made-up heads](explainer.png)", "",
-              f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}"
-              "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).", ""]
+    lines += [
+        "",
+        "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "
+        "uniform attention is ln 65 = 4.17 nats (patch 4) or ln 17 = 2.83 nats (patch 8).",
+        "",
+        "## Figures",
+        "",
+        *per_layer,
+        "![three made-up heads](explainer.png)",
+        "",
+        f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}"
+        "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).",
+        "",
+    ]
     demos = sorted(ladder_dir.glob("*/demo/index.html"))
     if demos:
-        lines += ["## Browser demo", "", "Hover a patch to see where it looks in every layer and head (opens from disk):",
-                  "", *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos), ""]
+        lines += [
+            "## Browser demo",
+            "",
+            "Hover a patch to see where it looks in every layer and head (opens from disk):",
+            "",
+            *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -271,8 +342,13 @@ def build_report(ladder_dir: str | Path) -> Path:
                 grid = _grid(r)
                 where = f", {grid}x{grid} grid" if grid else ""
                 refs[f"uniform{where} ({uniform[0]:.2f})"] = uniform[0]
-        plot_layer_lines(series, refs, metric.axis_label, f"{ladder_dir.name}: {metric.label} per layer, every rung",
-                         ladder_dir / f"{metric.short}_by_layer.png")
+        plot_layer_lines(
+            series,
+            refs,
+            metric.axis_label,
+            f"{ladder_dir.name}: {metric.label} per layer, every rung",
+            ladder_dir / f"{metric.short}_by_layer.png",
+        )
     plot_explainer(ladder_dir / "explainer.png")
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))

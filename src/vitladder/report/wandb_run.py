@@ -2,9 +2,10 @@
 
 Its id is derived from project and ladder (``report_run_id``), so rebuilding the report continues
 the same run instead of adding one. It uses every reported rung's model and analysis artifacts
-(``declare_inputs``: online as W&B inputs, always listed in its config), logs the tables of ``report_tables`` with custom charts
-over them, the report's PNGs, and its files as a ``report`` artifact. Every table says which rung
-(``rung``, ``rung_index`` = position in the ladder) and which seeds its rows come from.
+(``declare_inputs``: online as W&B inputs, always listed in its config), logs the tables of
+``report_tables`` with custom charts over them, the report's PNGs, and its files as a ``report``
+artifact. Every table says which rung (``rung``, ``rung_index`` = position in the ladder) and which
+seeds its rows come from.
 """
 
 from __future__ import annotations
@@ -28,12 +29,24 @@ def charts() -> dict[str, tuple[str, str, str, str, str]]:
     """Custom charts: key -> (table, x, y, stroke, title); wandb.plot.line stores each table as "<key>_table".
     Test accuracy and layer-1 distance by rung beside the reference, and each metric shown in figures by layer."""
     return {
-        "report/test_acc_by_rung": ("test_acc_by_rung", "rung_index", "test_acc", "series",
-                                    "test accuracy by rung (rung_index: 0 = the first rung)"),
-        "report/layer1_distance_by_rung": ("layer1_distance_by_rung", "rung_index", "layer1_distance_px", "series",
-                                           "layer-1 mean attention distance (px) by rung"),
-        **{f"report/{m.name}_by_layer": ("layers", "layer", m.name, "rung", f"{m.axis_label} by layer")
-           for m in declared("figures")},
+        "report/test_acc_by_rung": (
+            "test_acc_by_rung",
+            "rung_index",
+            "test_acc",
+            "series",
+            "test accuracy by rung (rung_index: 0 = the first rung)",
+        ),
+        "report/layer1_distance_by_rung": (
+            "layer1_distance_by_rung",
+            "rung_index",
+            "layer1_distance_px",
+            "series",
+            "layer-1 mean attention distance (px) by rung",
+        ),
+        **{
+            f"report/{m.name}_by_layer": ("layers", "layer", m.name, "rung", f"{m.axis_label} by layer")
+            for m in declared("figures")
+        },
     }
 
 
@@ -73,18 +86,34 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     ladder = []
     for rung in rung_names():
         result, info = by_rung.get(rung), get_rung(rung)
-        row = [rung, rung_index(rung), _seeds(result) if result else "", len(result.runs) if result else 0,
-               info.description]
+        row = [
+            rung,
+            rung_index(rung),
+            _seeds(result) if result else "",
+            len(result.runs) if result else 0,
+            info.description,
+        ]
         for key in stats:
             row += list(_mean(result.values(key))) if result else [None, None]
             row += [info.reference.get(key)] if key in referenced else []
         ladder.append(row)
 
     runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *csv_columns()[2:]]
-    runs = [[r.rung, rung_index(r.rung), run.seed, run.done.get("test_acc"), run.done.get("val_acc"),
-             *(RungResult(r.rung, [run]).values(key)[0] if RungResult(r.rung, [run]).values(key) else None
-               for key in csv_columns()[2:])]
-            for r in results for run in r.runs]
+    runs = [
+        [
+            r.rung,
+            rung_index(r.rung),
+            run.seed,
+            run.done.get("test_acc"),
+            run.done.get("val_acc"),
+            *(
+                RungResult(r.rung, [run]).values(key)[0] if RungResult(r.rung, [run]).values(key) else None
+                for key in csv_columns()[2:]
+            ),
+        ]
+        for r in results
+        for run in r.runs
+    ]
 
     shown = [m.name for m in declared("wandb")]
     layers_columns = ["rung", "rung_index", "seeds", "layer", *shown]
@@ -92,9 +121,16 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     for r in results:
         per_layer = {name: r.by_layer(name) for name in shown}  # a metric declared after the run: None
         num_layers = max(map(len, per_layer.values()), default=0)
-        layers += [[r.rung, rung_index(r.rung), _seeds(r), layer,
-                    *(values[layer] if values else None for values in per_layer.values())]
-                   for layer in range(num_layers)]
+        layers += [
+            [
+                r.rung,
+                rung_index(r.rung),
+                _seeds(r),
+                layer,
+                *(values[layer] if values else None for values in per_layer.values()),
+            ]
+            for layer in range(num_layers)
+        ]
 
     by_rung_columns = ["rung", "rung_index", "seeds", "series"]
     test_acc = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "test_acc")]
@@ -130,8 +166,13 @@ def rung_artifacts(results: list[RungResult], ladder: str) -> list:
     return artifacts
 
 
-def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, group: str | None = None,
-                        mode: str = "auto", entity: str | None = None) -> str | None:
+def log_report_to_wandb(
+    ladder_dir: str | Path,
+    project: str | None = None,
+    group: str | None = None,
+    mode: str = "auto",
+    entity: str | None = None,
+) -> str | None:
     """Log the ladder's tables, charts and PNGs into its report run; returns the run's id (None: W&B off).
 
     ``project``/``group`` default to the runs' config (wandb.project, ladder). Build the report first.
@@ -149,9 +190,18 @@ def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, grou
     config = next((run.config for r in results for run in r.runs if run.config), {})
     project = project or config.get("wandb", {}).get("project") or "vit-ladder"
     group = group or (config.get("ladder") if isinstance(config.get("ladder"), str) else None) or ladder_dir.name
-    run = wandb.init(project=project, entity=entity, group=group, job_type="report", name=f"{group}/report",
-                     id=report_run_id(project, group), resume="allow", dir=str(ladder_dir), mode=mode,
-                     config={"ladder": group, "rungs": [r.rung for r in results]})
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        group=group,
+        job_type="report",
+        name=f"{group}/report",
+        id=report_run_id(project, group),
+        resume="allow",
+        dir=str(ladder_dir),
+        mode=mode,
+        config={"ladder": group, "rungs": [r.rung for r in results]},
+    )
     try:
         declare_inputs(run, rung_artifacts(results, group))
         rows_of = report_tables(results)
@@ -162,10 +212,17 @@ def log_report_to_wandb(ladder_dir: str | Path, project: str | None = None, grou
         payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures()})
         run.log(payload)
         columns, ladder = rows_of["ladder"]
-        run.summary.update({f"report/{row[0]}/{key}": row[columns.index(key)] for row in ladder
-                            for key in csv_columns()[1:] if row[columns.index(key)] is not None})
-        artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report",
-                                  metadata={"ladder": group, "rungs": [r.rung for r in results]})
+        run.summary.update(
+            {
+                f"report/{row[0]}/{key}": row[columns.index(key)]
+                for row in ladder
+                for key in csv_columns()[1:]
+                if row[columns.index(key)] is not None
+            }
+        )
+        artifact = wandb.Artifact(
+            safe_name(f"report-{group}"), type="report", metadata={"ladder": group, "rungs": [r.rung for r in results]}
+        )
         for name in ("report.md", "ladder.csv", *figures()):
             artifact.add_file(str(ladder_dir / name), name=name)
         run.log_artifact(artifact, aliases=["latest"])

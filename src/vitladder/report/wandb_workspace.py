@@ -18,10 +18,16 @@ __all__ = ["build_wandb_report", "rung_lines"]
 def rung_lines() -> tuple[tuple[str, str, str], ...]:
     """(x, y, title) of the line plots over the rung runs, one line per rung: accuracy, loss, layer 1 of each
     metric tracked in training, the learning rate."""
-    tracked = tuple(("epoch", f"track/layer1/{m.name}", f"layer-1 {m.axis_label} during training (0 = initialisation)")
-                    for m in declared("figures"))
-    return (("epoch", "val/acc", "validation accuracy"), ("epoch", "train/loss", "training loss"), *tracked,
-            ("trainer/global_step", "lr", "learning rate per optimizer step"))
+    tracked = tuple(
+        ("epoch", f"track/layer1/{m.name}", f"layer-1 {m.axis_label} during training (0 = initialisation)")
+        for m in declared("figures")
+    )
+    return (
+        ("epoch", "val/acc", "validation accuracy"),
+        ("epoch", "train/loss", "training loss"),
+        *tracked,
+        ("trainer/global_step", "lr", "learning rate per optimizer step"),
+    )
 
 
 READING = (
@@ -36,8 +42,12 @@ READING = (
 def _chart(key: str, title: str, x: str, y: str, stroke: str):
     import wandb_workspaces.reports.v2 as wr
 
-    return wr.CustomChart(query={"summaryTable": {"tableKey": f"{key}_table"}}, chart_name="wandb/line/v0",
-                          chart_fields={"x": x, "y": y, "stroke": stroke}, chart_strings={"title": title})
+    return wr.CustomChart(
+        query={"summaryTable": {"tableKey": f"{key}_table"}},
+        chart_name="wandb/line/v0",
+        chart_fields={"x": x, "y": y, "stroke": stroke},
+        chart_strings={"title": title},
+    )
 
 
 def build_wandb_report(project: str, entity: str, ladder: str):
@@ -45,19 +55,39 @@ def build_wandb_report(project: str, entity: str, ladder: str):
     import wandb_workspaces.reports.v2 as wr
 
     quoted = ladder.replace("'", "\\'")
-    rungs = wr.Runset(entity=entity, project=project, name=f"{ladder}: rung runs",
-                      filters=f"Group = '{quoted}' and JobType != 'report'")
-    report_run = wr.Runset(entity=entity, project=project, name=f"{ladder}: report run",
-                           filters=f"Group = '{quoted}' and JobType = 'report'")
+    rungs = wr.Runset(
+        entity=entity,
+        project=project,
+        name=f"{ladder}: rung runs",
+        filters=f"Group = '{quoted}' and JobType != 'report'",
+    )
+    report_run = wr.Runset(
+        entity=entity,
+        project=project,
+        name=f"{ladder}: report run",
+        filters=f"Group = '{quoted}' and JobType = 'report'",
+    )
     wide, half = wr.Layout(w=24, h=10), wr.Layout(w=12, h=8)
     ladder_panels = [wr.WeavePanelSummaryTable(table_name="report/ladder", layout=wide)]
     ladder_panels += [_chart(key, title, x, y, stroke) for key, (_, x, y, stroke, title) in charts().items()]
     ladder_panels += [wr.WeavePanelSummaryTable(table_name="report/runs", layout=wide)]
-    rung_panels = [wr.LinePlot(title=title, x=x, y=[y], groupby=wr.Config("rung"), groupby_aggfunc="mean",
-                               groupby_rangefunc="stderr", layout=half) for x, y, title in rung_lines()]
+    rung_panels = [
+        wr.LinePlot(
+            title=title,
+            x=x,
+            y=[y],
+            groupby=wr.Config("rung"),
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stderr",
+            layout=half,
+        )
+        for x, y, title in rung_lines()
+    ]
     rung_panels += [wr.WeavePanelSummaryTable(table_name="analysis/heads", layout=wide)]
     return wr.Report(
-        project=project, entity=entity, title=f"vit-ladder: {ladder}"[:128],
+        project=project,
+        entity=entity,
+        title=f"vit-ladder: {ladder}"[:128],
         description="Accuracy and attention locality up the ladder of recipe fixes, beside the article's figures.",
         blocks=[
             wr.P(READING),

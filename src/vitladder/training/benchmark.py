@@ -81,13 +81,14 @@ def settings_for(width: str, device: str) -> BenchSettings:
     if width not in WIDTHS:
         raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got '{width}'")
     if device == "cuda":
-        return BenchSettings(width, WIDTHS[width], device, batch_size=512, warmup=10, steps=40, rounds=5,
-                             analysis_rounds=5)
+        return BenchSettings(
+            width, WIDTHS[width], device, batch_size=512, warmup=10, steps=40, rounds=5, analysis_rounds=5
+        )
     if width == "tiny":
-        return BenchSettings(width, WIDTHS[width], device, batch_size=128, warmup=3, steps=12, rounds=9,
-                             analysis_rounds=5)
-    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7,
-                         analysis_rounds=3)
+        return BenchSettings(
+            width, WIDTHS[width], device, batch_size=128, warmup=3, steps=12, rounds=9, analysis_rounds=5
+        )
+    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7, analysis_rounds=3)
 
 
 def bench_config(s: BenchSettings) -> DictConfig:
@@ -201,8 +202,14 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
         model.compile()
     use_tensor_cores()
     optim = cfg.optim
-    optimizer = create_optimizer_v2(model, opt="adamw", lr=optim.lr, weight_decay=optim.weight_decay,
-                                    betas=tuple(optim.betas), **optimizer_kwargs(device))
+    optimizer = create_optimizer_v2(
+        model,
+        opt="adamw",
+        lr=optim.lr,
+        weight_decay=optim.weight_decay,
+        betas=tuple(optim.betas),
+        **optimizer_kwargs(device),
+    )
     criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
     autocast = _autocast(device, cfg.trainer.precision)
 
@@ -240,8 +247,9 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - started
 
 
-def time_analysis(model: nn.Module, images_u8: Tensor, batch_size: int, patch_px: int,
-                  rounds: int) -> tuple[float, float]:
+def time_analysis(
+    model: nn.Module, images_u8: Tensor, batch_size: int, patch_px: int, rounds: int
+) -> tuple[float, float]:
     """(median seconds of ``analyse``, median seconds of a plain eval forward pass) over ``images_u8``.
 
     Both run in the model's float32, without autocast, batch by batch, inputs normalised on the device,
@@ -292,18 +300,23 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     datamodule = _prepare_data(cfg, device)
     project, bare, data = [], [], []
     for r in range(s.rounds):
-        order = (("project", project, lambda: time_project(cfg, datamodule, s)),
-                 ("bare", bare, lambda: time_bare(cfg, datamodule, s)))
-        for name, times, fn in order if r % 2 == 0 else order[::-1]:
+        order = (
+            ("project", project, lambda: time_project(cfg, datamodule, s)),
+            ("bare", bare, lambda: time_bare(cfg, datamodule, s)),
+        )
+        for _name, times, fn in order if r % 2 == 0 else order[::-1]:
             times.append(fn())
         data.append(time_data(datamodule, s))
-        log(f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project[-1]:.1f} img/s, "
-            f"bare {s.batch_size / bare[-1]:.1f} img/s, data {1e3 * data[-1]:.2f} ms/batch")
+        log(
+            f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project[-1]:.1f} img/s, "
+            f"bare {s.batch_size / bare[-1]:.1f} img/s, data {1e3 * data[-1]:.2f} ms/batch"
+        )
 
     model = build_vit(ViTConfig(**{**cfg.model, "num_classes": len(datamodule.classes)})).to(device)
     images = datamodule.test.images[: s.analysis_images]  # (N, 3, 32, 32) uint8 on the device
-    analysis_s, forward_s = time_analysis(model, images, s.analysis_batch_size, int(cfg.model.patch_size),
-                                          s.analysis_rounds)
+    analysis_s, forward_s = time_analysis(
+        model, images, s.analysis_batch_size, int(cfg.model.patch_size), s.analysis_rounds
+    )
 
     project_step, bare_step, data_batch = (statistics.median(t) for t in (project, bare, data))
     project_ips, bare_ips = s.batch_size / project_step, s.batch_size / bare_step
@@ -331,20 +344,24 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
             "data_share": data_batch / project_step <= TARGETS["data_share_max"],
             # The project's model only: at the tiny width a forward pass is ~40x cheaper, but the
             # attention maps the analysis reduces are just as large (6 heads x 65 x 65 per layer).
-            "analysis_over_forward": (analysis_s / forward_s <= TARGETS["analysis_over_forward_max"]
-                                      if s.width == "full" else None),
+            "analysis_over_forward": (
+                analysis_s / forward_s <= TARGETS["analysis_over_forward_max"] if s.width == "full" else None
+            ),
         },
     }
 
 
-def run_benchmark(widths: list[str], device: str, overrides: dict | None = None,
-                  log: Callable[[str], None] = print) -> dict:
+def run_benchmark(
+    widths: list[str], device: str, overrides: dict | None = None, log: Callable[[str], None] = print
+) -> dict:
     """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2)."""
     results = {}
     for width in widths:
         s = replace(settings_for(width, device), **(overrides or {}))
-        log(f"{width}: width {s.embed_dim}, batch {s.batch_size}, {s.warmup} warm-up + {s.steps} timed steps, "
-            f"{s.rounds} rounds, on {device}")
+        log(
+            f"{width}: width {s.embed_dim}, batch {s.batch_size}, {s.warmup} warm-up + {s.steps} timed steps, "
+            f"{s.rounds} rounds, on {device}"
+        )
         results[width] = bench_width(s, log)
     return {
         "device": device,
@@ -362,24 +379,41 @@ def format_table(report: dict) -> str:
     rows = [
         ("project images/s", lambda r: f"{r['project_images_per_s']:.1f}", ""),
         ("bare loop images/s", lambda r: f"{r['bare_images_per_s']:.1f}", ""),
-        ("project / bare (paired)", lambda r: f"{r['project_over_bare']:.3f}", f">= {TARGETS['project_over_bare_min']}"),
+        (
+            "project / bare (paired)",
+            lambda r: f"{r['project_over_bare']:.3f}",
+            f">= {TARGETS['project_over_bare_min']}",
+        ),
         ("data pipeline ms/batch", lambda r: f"{1e3 * r['data_batch_s']:.2f}", ""),
-        ("data share of a step", lambda r: f"{100 * r['data_share']:.2f}%", f"<= {100 * TARGETS['data_share_max']:.0f}%"),
+        (
+            "data share of a step",
+            lambda r: f"{100 * r['data_share']:.2f}%",
+            f"<= {100 * TARGETS['data_share_max']:.0f}%",
+        ),
         ("CIFAR-10 epoch (45k)", lambda r: _duration(r["epoch_s"]), ""),
         ("analysis s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
         ("forward s (N images)", lambda r: f"{r['forward_s']:.2f} ({r['analysis_images']})", ""),
-        ("analysis / forward", lambda r: f"{r['analysis_over_forward']:.2f}x", f"<= {TARGETS['analysis_over_forward_max']}x (full)"),
+        (
+            "analysis / forward",
+            lambda r: f"{r['analysis_over_forward']:.2f}x",
+            f"<= {TARGETS['analysis_over_forward_max']}x (full)",
+        ),
     ]
     widths = report["widths"]
-    header = ["", *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items()),
-              "target"]
+    header = [
+        "",
+        *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items()),
+        "target",
+    ]
     body = [[label, *(fmt(r) for r in widths.values()), target] for label, fmt, target in rows]
     cols = list(zip(header, *body))
     sizes = [max(len(c) for c in col) for col in cols]
     lines = [" | ".join(cell.ljust(n) for cell, n in zip(line, sizes)) for line in (header, *body)]
     lines.insert(1, "-+-".join("-" * n for n in sizes))
-    title = f"benchmark on {report['device']} ({report['device_name']}, torch {report['torch']}, " \
-            f"{report['cpu_threads']} threads); medians of alternating rounds; paired: the median of each round's ratio"
+    title = (
+        f"benchmark on {report['device']} ({report['device_name']}, torch {report['torch']}, "
+        f"{report['cpu_threads']} threads); medians of alternating rounds; paired: the median of each round's ratio"
+    )
     return "\n".join([title, *lines])
 
 

@@ -7,7 +7,8 @@ checkpoint is written beside the old one and renamed over it only once it is com
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -17,12 +18,13 @@ from vitladder.training.resume import RETRAIN
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         save_torch(checkpoint, path)
 
-    def load_checkpoint(self, path: Any, map_location: Optional[Callable] = None,
-                        weights_only: Optional[bool] = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: Any, map_location: Callable | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         # weights_only whatever the caller asks: a checkpoint file can be handed in by anyone.
         return load_checkpoint_file(path, RETRAIN)

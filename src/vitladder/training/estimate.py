@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from functools import lru_cache
-from typing import Sequence
+from collections.abc import Sequence
+from functools import cache
 
 import torch
 from omegaconf import DictConfig
@@ -16,7 +16,7 @@ EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 6.0  # start-up, W&B, checkpoints, test and analysis of one run
 
 
-@lru_cache(maxsize=None)
+@cache
 def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
     """Times a few AdamW steps of the model; on the CPU with at most 64 images to stay short."""
     model = build_vit(vit).to(device)

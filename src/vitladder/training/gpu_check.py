@@ -82,13 +82,22 @@ class Clock:
 
 def compose(options: CheckOptions, *extra: str) -> DictConfig:
     """The top rung's config for the check: the full profile (or smoke), one device, no W&B, no checkpoints."""
-    data = (["data=synthetic"] if options.data == "synthetic"
-            else ["data=imagefolder", f"data.root={options.data}"])
-    return compose_rung(RUNG, [
-        *(["profile=smoke"] if options.smoke else []), *data, "trainer.devices=1", "trainer.enable_progress_bar=false",
-        "wandb.mode=disabled", "checkpoint.every_n_epochs=0", "ladder=gpu-check",
-        f"run_dir={options.out / RUNG}", *options.overrides, *extra,
-    ])
+    data = ["data=synthetic"] if options.data == "synthetic" else ["data=imagefolder", f"data.root={options.data}"]
+    return compose_rung(
+        RUNG,
+        [
+            *(["profile=smoke"] if options.smoke else []),
+            *data,
+            "trainer.devices=1",
+            "trainer.enable_progress_bar=false",
+            "wandb.mode=disabled",
+            "checkpoint.every_n_epochs=0",
+            "ladder=gpu-check",
+            f"run_dir={options.out / RUNG}",
+            *options.overrides,
+            *extra,
+        ],
+    )
 
 
 def plan_epochs(seconds: float, images_per_s: float, num_train: int, num_val: int, max_epochs: int) -> int:
@@ -117,8 +126,12 @@ def device_info() -> dict:
     return {
         "device": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
         "device_type": "cuda" if cuda else "cpu",
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-        "lightning": lightning.__version__, "timm": timm.__version__, "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "lightning": lightning.__version__,
+        "timm": timm.__version__,
+        "cpu_threads": torch.get_num_threads(),
     }
 
 
@@ -129,8 +142,9 @@ def _can_compile(device: str) -> str | None:
     return None
 
 
-def benchmark(options: CheckOptions, clock: Clock, device: str,
-              log: Callable[[str], None]) -> tuple[dict[str, Measured], dict[str, str], ImageDataModule]:
+def benchmark(
+    options: CheckOptions, clock: Clock, device: str, log: Callable[[str], None]
+) -> tuple[dict[str, Measured], dict[str, str], ImageDataModule]:
     """(measured settings, skipped settings with why, the data) for the top rung's training step."""
     measured: dict[str, Measured] = {}
     skipped: dict[str, str] = {}
@@ -148,9 +162,17 @@ def benchmark(options: CheckOptions, clock: Clock, device: str,
             log(f"benchmark {name}: skipped ({reason})")
             continue
         setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
-        s = BenchSettings("full" if not options.smoke else "tiny", int(cfg.model.embed_dim), device,
-                          int(cfg.data.batch_size), warmup=steps[0], steps=steps[1], rounds=1, rung=RUNG,
-                          compile=SETTINGS[name])
+        s = BenchSettings(
+            "full" if not options.smoke else "tiny",
+            int(cfg.model.embed_dim),
+            device,
+            int(cfg.data.batch_size),
+            warmup=steps[0],
+            steps=steps[1],
+            rounds=1,
+            rung=RUNG,
+            compile=SETTINGS[name],
+        )
         started = time.perf_counter()
         try:
             step_s = time_project(setting_cfg, datamodule, s)
@@ -162,8 +184,10 @@ def benchmark(options: CheckOptions, clock: Clock, device: str,
             continue
         wall = time.perf_counter() - started
         measured[name] = Measured(s.batch_size / step_s, step_s, max(0.0, wall - (sum(steps) + 1) * step_s))
-        log(f"benchmark {name}: {measured[name].images_per_s:,.0f} images/s ({1e3 * step_s:.1f} ms a step of "
-            f"{s.batch_size}), {measured[name].startup_s:.1f} s to start")
+        log(
+            f"benchmark {name}: {measured[name].images_per_s:,.0f} images/s ({1e3 * step_s:.1f} ms a step of "
+            f"{s.batch_size}), {measured[name].startup_s:.1f} s to start"
+        )
     if not measured:
         raise UserError(f"no setting could be benchmarked ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
     return measured, skipped, datamodule
@@ -195,41 +219,77 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, within {max(train_s, 1):.0f} s")
 
     since = time.perf_counter()
-    cfg = compose(options, f"speed.compile={str(SETTINGS[setting]).lower()}",
-                  f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
-                  f"trainer.max_time={max_time(train_s)}")
+    cfg = compose(
+        options,
+        f"speed.compile={str(SETTINGS[setting]).lower()}",
+        f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
+        f"trainer.max_time={max_time(train_s)}",
+    )
     summary = train_rung(cfg)
     clock.phase("train_test_analyse", since)
 
     since = time.perf_counter()
     report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
-    layers = [{"layer": int(r["layer"]), "distance_px": float(r["distance_px"]),
-               "entropy_nats": float(r["entropy_nats"])} for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)]
+    layers = [
+        {"layer": int(r["layer"]), "distance_px": float(r["distance_px"]), "entropy_nats": float(r["entropy_nats"])}
+        for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)
+    ]
     reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
     result = {
         **device_info(),
-        "smoke": options.smoke, "budget_s": options.budget_s, "precision": precision,
-        "fused_adamw": device == "cuda", "tf32": device == "cuda",
-        "batch_size": int(base.data.batch_size), "width": int(base.model.embed_dim),
-        "benchmark": {name: {"images_per_s": round(m.images_per_s, 1), "step_ms": round(1e3 * m.step_s, 3),
-                             "startup_s": round(m.startup_s, 1), "epochs_in_budget": m.epochs}
-                      for name, m in measured.items()},
+        "smoke": options.smoke,
+        "budget_s": options.budget_s,
+        "precision": precision,
+        "fused_adamw": device == "cuda",
+        "tf32": device == "cuda",
+        "batch_size": int(base.data.batch_size),
+        "width": int(base.model.embed_dim),
+        "benchmark": {
+            name: {
+                "images_per_s": round(m.images_per_s, 1),
+                "step_ms": round(1e3 * m.step_s, 3),
+                "startup_s": round(m.startup_s, 1),
+                "epochs_in_budget": m.epochs,
+            }
+            for name, m in measured.items()
+        },
         "skipped": skipped,
-        "best": {"setting": best_speed, "images_per_s": round(measured[best_speed].images_per_s, 1),
-                 "compile": SETTINGS[best_speed], "precision": precision, "fused_adamw": device == "cuda",
-                 "tf32": device == "cuda"},
+        "best": {
+            "setting": best_speed,
+            "images_per_s": round(measured[best_speed].images_per_s, 1),
+            "compile": SETTINGS[best_speed],
+            "precision": precision,
+            "fused_adamw": device == "cuda",
+            "tf32": device == "cuda",
+        },
         "targets": {**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
-        "train": {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs,
-                  "epochs_trained": int(summary["epochs"]), "max_time": max_time(train_s),
-                  "steps_planned": epochs * (num_train // int(base.data.batch_size)), "steps_trained": summary["steps"],
-                  "data": options.data, "train_images": num_train, "val_images": num_val},
-        "test_acc": summary["test_acc"], "val_acc": summary["val_acc"],
-        "analysis": {"images": summary.get("analysis_images"), "layers": layers,
-                     "layer1_distance_px": summary.get("layer1_distance_px"),
-                     "uniform_distance_px": summary.get("uniform_distance_px"),
-                     "layer1_entropy_nats": summary.get("layer1_entropy_nats")},
-        "reference": {"test_acc": reference["test_acc"], "epochs": int(base.optim.epochs),
-                      "layer1_distance_px": reference["layer1_distance_px"]},
+        "train": {
+            "rung": RUNG,
+            "setting": setting,
+            "epochs_planned": epochs,
+            "epochs_of_recipe": full_epochs,
+            "epochs_trained": int(summary["epochs"]),
+            "max_time": max_time(train_s),
+            "steps_planned": epochs * (num_train // int(base.data.batch_size)),
+            "steps_trained": summary["steps"],
+            "data": options.data,
+            "train_images": num_train,
+            "val_images": num_val,
+        },
+        "test_acc": summary["test_acc"],
+        "val_acc": summary["val_acc"],
+        "analysis": {
+            "images": summary.get("analysis_images"),
+            "layers": layers,
+            "layer1_distance_px": summary.get("layer1_distance_px"),
+            "uniform_distance_px": summary.get("uniform_distance_px"),
+            "layer1_entropy_nats": summary.get("layer1_entropy_nats"),
+        },
+        "reference": {
+            "test_acc": reference["test_acc"],
+            "epochs": int(base.optim.epochs),
+            "layer1_distance_px": reference["layer1_distance_px"],
+        },
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     clock.phase("report", since)
@@ -242,29 +302,43 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
 
 def markdown(r: dict, report_name: str) -> str:
     """The short human summary of gpu_check.json."""
-    rows = "\n".join(f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | "
-                     f"{m['epochs_in_budget']} |" for name, m in r["benchmark"].items())
+    rows = "\n".join(
+        f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | {m['epochs_in_budget']} |"
+        for name, m in r["benchmark"].items()
+    )
     t, a = r["train"], r["analysis"]
     lines = [
-        f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}", "",
+        f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}",
+        "",
         f"torch {r['torch']} (CUDA {r['cuda']}), lightning {r['lightning']}, timm {r['timm']}, Python {r['python']}; "
-        f"budget {r['budget_s']:.0f} s, wall {r['wall_s']:.0f} s; `{r['command']}`", "",
+        f"budget {r['budget_s']:.0f} s, wall {r['wall_s']:.0f} s; `{r['command']}`",
+        "",
         f"Training step of the `{t['rung']}` model (width {r['width']}, batch {r['batch_size']}, {r['precision']}, "
-        f"fused AdamW {'on' if r['fused_adamw'] else 'off'}, TF32 {'on' if r['tf32'] else 'off'}):", "",
-        "| setting | images/s | ms/step | start-up s | epochs in budget |", "|---|---|---|---|---|", rows, "",
+        f"fused AdamW {'on' if r['fused_adamw'] else 'off'}, TF32 {'on' if r['tf32'] else 'off'}):",
+        "",
+        "| setting | images/s | ms/step | start-up s | epochs in budget |",
+        "|---|---|---|---|---|",
+        rows,
+        "",
         f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
-        f"{'met' if r['targets']['met'] else 'not met'}).", "",
+        f"{'met' if r['targets']['met'] else 'not met'}).",
+        "",
         f"`{t['rung']}` on {t['train_images']:,} training images ({t['data']}): {t['epochs_trained']} of "
         f"{t['epochs_of_recipe']} epochs ({t['steps_trained']:,} of {t['steps_planned']:,} planned steps, "
         f"{t['setting']}): test accuracy **{r['test_acc']:.1%}** "
         f"(reference, {r['reference']['epochs']} epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
         f"**{a['layer1_distance_px']:.1f} px** over {a['images']} test images (reference "
-        f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).", "",
-        "| layer | distance (px) | entropy (nats) |", "|---|---|---|",
-        *(f"| {row['layer']} | {row['distance_px']:.2f} | {row['entropy_nats']:.3f} |" for row in a["layers"]), "",
-        "![distance per layer](distance_by_layer.png)", "",
+        f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).",
+        "",
+        "| layer | distance (px) | entropy (nats) |",
+        "|---|---|---|",
+        *(f"| {row['layer']} | {row['distance_px']:.2f} | {row['entropy_nats']:.3f} |" for row in a["layers"]),
+        "",
+        "![distance per layer](distance_by_layer.png)",
+        "",
         f"Phases (s): {', '.join(f'{k} {v:.0f}' for k, v in r['phases_s'].items())}. "
-        f"Every figure: `gpu_check.json`; the run: `{t['rung']}/`; its report: `{report_name}`.", "",
+        f"Every figure: `gpu_check.json`; the run: `{t['rung']}/`; its report: `{report_name}`.",
+        "",
     ]
     return "\n".join(lines)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from omegaconf import DictConfig
 
@@ -45,8 +45,9 @@ def parse_seeds(text: str) -> list[int]:
 
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
     if any(is_step_override(override) for override in overrides):
-        raise UserError("the ladder trains every rung: drop step=..., or train one rung with "
-                        "python train.py step=<rung>")
+        raise UserError(
+            "the ladder trains every rung: drop step=..., or train one rung with python train.py step=<rung>"
+        )
     planned = []
     for seed in seeds:
         for rung in rung_names():

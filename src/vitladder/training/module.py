@@ -23,8 +23,9 @@ class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-def build_mixup(mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float,
-                label_smoothing: float, num_classes: int) -> Mixup | None:
+def build_mixup(
+    mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float, label_smoothing: float, num_classes: int
+) -> Mixup | None:
     """timm's Mixup (runs on the batch's device), or None when both alphas are 0."""
     if mixup_alpha <= 0 and cutmix_alpha <= 0:
         return None
@@ -67,17 +68,28 @@ class LadderModule(L.LightningModule):
         # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
         # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger). Named, not read
         # from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
-        self.save_hyperparameters({"model": model, "optim": optim, "label_smoothing": label_smoothing, "mixup": mixup,
-                                   "max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "compile": compile,
-                                   "seed": seed},
-                                  logger=False)
+        self.save_hyperparameters(
+            {
+                "model": model,
+                "optim": optim,
+                "label_smoothing": label_smoothing,
+                "mixup": mixup,
+                "max_epochs": max_epochs,
+                "warmup_epochs": warmup_epochs,
+                "compile": compile,
+                "seed": seed,
+            },
+            logger=False,
+        )
         use_tensor_cores()
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
         self.mixup = build_mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes)
         # Mixup hands out soft targets that already carry the label smoothing.
-        self.train_criterion = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.train_criterion = (
+            SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        )
         self.eval_criterion = nn.CrossEntropyLoss()
         # Metrics accumulate on the device and are read once per epoch: no host sync per step.
         # nan_strategy="disable": a NaN must reach the divergence check, not be dropped from the mean.
@@ -125,8 +137,9 @@ class LadderModule(L.LightningModule):
         self.train_loss.reset()
         self.train_acc.reset()
 
-    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], loss_metric: MeanMetric,
-                  acc_metric: MulticlassAccuracy) -> None:
+    def _evaluate(
+        self, batch: tuple[torch.Tensor, torch.Tensor], loss_metric: MeanMetric, acc_metric: MulticlassAccuracy
+    ) -> None:
         images, labels = batch
         # A compiled model then builds one eval graph for any batch size (the last batch is smaller),
         # instead of a static one first and a dynamic one at the first partial batch.
@@ -149,7 +162,11 @@ class LadderModule(L.LightningModule):
         optim = self.hparams.optim
         # timm's factory keeps weight decay off biases, norms, the CLS token and position embeddings.
         optimizer = create_optimizer_v2(
-            self.model, opt="adamw", lr=optim["lr"], weight_decay=optim["weight_decay"], betas=tuple(optim["betas"]),
+            self.model,
+            opt="adamw",
+            lr=optim["lr"],
+            weight_decay=optim["weight_decay"],
+            betas=tuple(optim["betas"]),
             **optimizer_kwargs(self.device),
         )
         steps_per_epoch = self._steps_per_epoch()

@@ -4,17 +4,30 @@ interrupted one resumed, only when the config that would run now is the same out
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
 # speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned;
 # rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew).
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
-    "output_root", "run_dir", "ladder", "overwrite", "wandb", "speed.compile", "checkpoint", "trainer.inference_mode",
+    "output_root",
+    "run_dir",
+    "ladder",
+    "overwrite",
+    "wandb",
+    "speed.compile",
+    "checkpoint",
+    "trainer.inference_mode",
     "rung_info",
-    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
-    "trainer.default_root_dir", "analysis.batch_size", "data.cache_dir", "data.max_file_mib",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "trainer.default_root_dir",
+    "analysis.batch_size",
+    "data.cache_dir",
+    "data.max_file_mib",
 )
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
@@ -37,8 +50,11 @@ def in_recipe(key: str) -> bool:
 def recipe_changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(key, stored value, current value) for every recipe key that differs; both configs resolved."""
     old, new = flatten(stored), flatten(current)
-    return [(key, old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())
-            if in_recipe(key) and old.get(key, ABSENT) != new.get(key, ABSENT)]
+    return [
+        (key, old.get(key, ABSENT), new.get(key, ABSENT))
+        for key in sorted(old.keys() | new.keys())
+        if in_recipe(key) and old.get(key, ABSENT) != new.get(key, ABSENT)
+    ]
 
 
 def _show(value: Any) -> str:
@@ -58,9 +74,11 @@ def changed_recipe_message(run_dir: Path, changes: list[tuple[str, Any, Any]], f
         what = f"{state} of another recipe ({listed}{more})"
     else:
         what = f"{state} whose config.yaml is missing or unreadable, so its recipe is unknown"
-    return (f"{run_dir} holds {what}: to keep it, train under another ladder name (ladder=NAME, or "
-            f"make ladder LADDER=NAME); to replace it, add overwrite=true (make ladder ARGS=overwrite=true; "
-            f"the old folder is moved to {run_dir.name}.replaced-<time>/)")
+    return (
+        f"{run_dir} holds {what}: to keep it, train under another ladder name (ladder=NAME, or "
+        f"make ladder LADDER=NAME); to replace it, add overwrite=true (make ladder ARGS=overwrite=true; "
+        f"the old folder is moved to {run_dir.name}.replaced-<time>/)"
+    )
 
 
 def move_aside(run_dir: Path) -> Path:

@@ -95,8 +95,13 @@ def world_size(cfg: DictConfig) -> int:
     level = quiet.level
     quiet.setLevel(logging.WARNING)
     try:
-        probe = L.Trainer(**_placement(cfg), logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                          enable_model_summary=False)
+        probe = L.Trainer(
+            **_placement(cfg),
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
     except MisconfigurationException as error:
         where = " ".join(f"trainer.{key}={value}" for key, value in _placement(cfg).items())
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
@@ -109,7 +114,9 @@ def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: li
     """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
     loggers, callbacks and plugins."""
     return L.Trainer(
-        **OmegaConf.to_container(cfg.trainer, resolve=True), logger=loggers, callbacks=callbacks,
+        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        logger=loggers,
+        callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],  # last.ckpt: written atomically beside the old one, read weights-only
     )
 
@@ -179,8 +186,9 @@ def set_aside(paths: RunPaths) -> None:
     log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, moved)
 
 
-def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float,
-                  overrides: list[str] | None) -> dict:
+def _train_locked(
+    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, overrides: list[str] | None
+) -> dict:
     """Everything that writes into the run folder, run while this process holds its lock."""
     write_run_config(paths, cfg, overrides)
     resume_from = resume_checkpoint(paths)
@@ -191,8 +199,12 @@ def _train_locked(cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule,
     csv_logger = make_csv_logger(paths)
     # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
     checkpoint = ModelCheckpoint(
-        dirpath=str(paths.checkpoints), filename=paths.last_ckpt.stem, enable_version_counter=False,
-        monitor=None, save_top_k=1, save_on_train_epoch_end=True,  # one file, replaced each time
+        dirpath=str(paths.checkpoints),
+        filename=paths.last_ckpt.stem,
+        enable_version_counter=False,
+        monitor=None,
+        save_top_k=1,
+        save_on_train_epoch_end=True,  # one file, replaced each time
         every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
     )
     analysis = AttentionAnalysis.from_config(

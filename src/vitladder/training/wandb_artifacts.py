@@ -26,8 +26,17 @@ from omegaconf import DictConfig
 
 from vitladder.config import rung_index
 
-__all__ = ["analysis_artifact", "artifact_name", "dataset_artifact", "declare_inputs", "input_record",
-           "log_rung_artifacts", "model_artifact", "safe_name", "use_input"]
+__all__ = [
+    "analysis_artifact",
+    "artifact_name",
+    "dataset_artifact",
+    "declare_inputs",
+    "input_record",
+    "log_rung_artifacts",
+    "model_artifact",
+    "safe_name",
+    "use_input",
+]
 
 
 def safe_name(name: str) -> str:
@@ -59,14 +68,21 @@ def dataset_artifact(data_cfg: DictConfig):
         path = Path(str(data_cfg.root)).expanduser()
         name, checksum = f"dataset-{path.name.split('.')[0] or 'images'}", path.is_file()
     else:
-        params = {"num_train": int(data_cfg.num_train), "num_test": int(data_cfg.num_test),
-                  "seed": int(data_cfg.get("seed", 0))}
+        params = {
+            "num_train": int(data_cfg.num_train),
+            "num_test": int(data_cfg.num_test),
+            "seed": int(data_cfg.get("seed", 0)),
+        }
         metadata.update(params)
         name = f"dataset-{source}-{params['num_train']}-{params['num_test']}-seed{params['seed']}"
     if path is not None:
         metadata["path"] = str(path.resolve())
-    artifact = wandb.Artifact(safe_name(name), type="dataset", metadata=metadata,
-                              description=f"the {source} data set, referenced where it lives, not uploaded")
+    artifact = wandb.Artifact(
+        safe_name(name),
+        type="dataset",
+        metadata=metadata,
+        description=f"the {source} data set, referenced where it lives, not uploaded",
+    )
     if path is not None and path.exists():
         artifact.add_reference(path.resolve().as_uri(), name=path.name, checksum=checksum)
     return artifact
@@ -75,8 +91,11 @@ def dataset_artifact(data_cfg: DictConfig):
 def model_artifact(model_path: Path, ladder: str, rung: str, seed: int, metadata: dict | None = None):
     import wandb
 
-    artifact = wandb.Artifact(artifact_name("model", ladder, rung, seed), type="model",
-                              metadata={**_run_metadata(ladder, rung, seed), **(metadata or {})})
+    artifact = wandb.Artifact(
+        artifact_name("model", ladder, rung, seed),
+        type="model",
+        metadata={**_run_metadata(ladder, rung, seed), **(metadata or {})},
+    )
     artifact.add_file(str(model_path), name="model.pt")
     return artifact
 
@@ -84,8 +103,9 @@ def model_artifact(model_path: Path, ladder: str, rung: str, seed: int, metadata
 def analysis_artifact(analysis_dir: Path, ladder: str, rung: str, seed: int):
     import wandb
 
-    artifact = wandb.Artifact(artifact_name("analysis", ladder, rung, seed), type="analysis",
-                              metadata=_run_metadata(ladder, rung, seed))
+    artifact = wandb.Artifact(
+        artifact_name("analysis", ladder, rung, seed), type="analysis", metadata=_run_metadata(ladder, rung, seed)
+    )
     artifact.add_dir(str(analysis_dir))
     return artifact
 

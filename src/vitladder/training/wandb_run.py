@@ -73,8 +73,12 @@ def server_problem(url: str, key: str | None, timeout_s: float = 5.0) -> str | N
     import requests
 
     try:
-        response = requests.post(f"{url.rstrip('/')}/graphql", json={"query": "query { viewer { id } }"},
-                                 auth=("api", key) if key else None, timeout=timeout_s)
+        response = requests.post(
+            f"{url.rstrip('/')}/graphql",
+            json={"query": "query { viewer { id } }"},
+            auth=("api", key) if key else None,
+            timeout=timeout_s,
+        )
     except requests.RequestException as error:
         return f"unreachable ({type(error).__name__})"
     if response.status_code in (401, 403):
