@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> Path:
 
     from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
     from vitladder.analysis.outputs import read_tracking, write_analysis
-    from vitladder.analysis.summary import analyse
+    from vitladder.analysis.summary import analyse, headline_layer
     from vitladder.analysis.wandb_log import log_reanalysis
     from vitladder.errors import UserError
     from vitladder.run_folder import RunPaths
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> Path:
         run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
     print(
         f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
-        f"layer-1 distance {summary.layers['distance_px'][min(1, summary.num_layers - 1)]:.1f} px "
+        f"layer-1 distance {summary.layers['distance_px'][headline_layer(summary.num_layers)]:.1f} px "
         f"(uniform {summary.uniform['distance_px']:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else "")
     )
     return out

@@ -12,7 +12,7 @@ from PIL import Image
 
 from vitladder.analysis.outputs import layers_columns, read_csv, write_csv
 from vitladder.config import get_rung, rung_names
-from vitladder.report.ladder_report import build_report, mean_ci, t_quantile_975
+from vitladder.report.ladder_report import build_report, collect, mean_ci, t_quantile_975
 from vitladder.report.wandb_run import log_report_to_wandb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,3 +233,16 @@ def test_corrupt_done_json_is_one_clean_error(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         load_script("report").main([str(ladder), "--wandb-mode", "disabled"])
     assert exit_info.value.code == 2 and str(run) in capsys.readouterr().err
+
+
+def test_layer_one_is_the_same_layer_in_done_json_layers_csv_and_the_report(tmp_path: Path) -> None:
+    from vitladder.analysis.summary import headline_layer
+
+    assert [headline_layer(n) for n in (1, 2, 7)] == [0, 1, 1]  # the second block; a one-layer model its only one
+    make_run(tmp_path / "ladder", "patch4", layer1=9.25)
+    shallow = make_run(tmp_path / "ladder", "warmup")
+    layers_csv = shallow / "analysis" / "layers.csv"
+    rows = [{**row, "distance_px": 11.5} for row in read_csv(layers_csv) if row["layer"] == "0"]
+    write_csv(layers_csv, layers_columns(), rows)  # a one-layer model's analysis
+    values = {result.rung: result.values("layer1_distance_px") for result in collect(tmp_path / "ladder")}
+    assert values == {"patch4": [9.25], "warmup": [11.5]}

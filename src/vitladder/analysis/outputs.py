@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vitladder.analysis import figures
 from vitladder.analysis.metrics import declared
-from vitladder.analysis.summary import AttentionSummary
+from vitladder.analysis.summary import AttentionSummary, headline_layer
 from vitladder.atomic import write_text
 from vitladder.text import printable
 
@@ -137,7 +137,7 @@ def analysis_summary_for_done(summary: AttentionSummary) -> dict:
     """Headline numbers for done.json (named like the columns of the ladder's ladder.csv): layer 1 of each
     metric shown in figures, and its uniform value."""
     layers = summary.layers
-    layer = 1 if summary.num_layers > 1 else 0
+    layer = headline_layer(summary.num_layers)
     headline: dict = {}
     for metric in declared("figures"):
         headline[f"layer1_{metric.name}"] = _num(layers[metric.name][layer])

@@ -26,7 +26,22 @@ from vitladder.analysis.metrics import (
 )
 from vitladder.data.augment import normalize
 
-__all__ = ["AttentionSummary", "ExampleAttention", "HeadStats", "analyse", "head_metrics", "query_metrics"]
+__all__ = [
+    "AttentionSummary",
+    "ExampleAttention",
+    "HeadStats",
+    "analyse",
+    "head_metrics",
+    "headline_layer",
+    "query_metrics",
+]
+
+HEADLINE_LAYER = 1  # "layer 1": the second block, where the article reads locality (docs/design.md §4)
+
+
+def headline_layer(num_layers: int) -> int:
+    """The index of the layer reported as "layer 1"; a one-layer model reports its only layer."""
+    return min(HEADLINE_LAYER, num_layers - 1)
 
 
 def head_metrics(attn: Tensor, patch_px: float, metrics: Sequence[HeadMetric] | None = None) -> Tensor:

@@ -17,6 +17,7 @@ from pathlib import Path
 from vitladder.analysis.figures import plot_explainer, plot_layer_lines
 from vitladder.analysis.metrics import HeadMetric, declared
 from vitladder.analysis.outputs import read_analysis_csv, write_csv
+from vitladder.analysis.summary import headline_layer
 from vitladder.atomic import write_text
 from vitladder.config import get_rung, rung_names
 from vitladder.config_schema import ReferenceFigures
@@ -140,7 +141,7 @@ class RungResult:
         column = key.removeprefix("layer1_")  # ladder.csv's layer1_<name> is layers.csv's <name>
         out = []
         for run in self.runs:
-            layer1 = next((r for r in run.layers if int(r["layer"]) == 1), None)
+            layer1 = next((r for r in run.layers if int(r["layer"]) == headline_layer(len(run.layers))), None)
             value = layer1[column] if layer1 is not None and column in layer1 else run.done.get(key)
             if value is not None:
                 out.append(float(value))
