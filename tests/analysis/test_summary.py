@@ -136,7 +136,7 @@ def test_far_head_is_far_and_focused() -> None:
 
 
 def test_model_compiled_in_place_runs_eagerly(images: torch.Tensor) -> None:
-    """LadderModule compiles its ViT in place (speed.compile=true); the hooks must still see the maps."""
+    """RecipeModule compiles its ViT in place (speed.compile=true); the hooks must still see the maps."""
     model = tiny_vit()
     reference = analyse(model, images, batch_size=7, patch_px=4)
     model.compile(backend="eager")

@@ -20,7 +20,7 @@ from torch import nn
 
 from vitladder.config import auto_precision, compose_rung, rung_names, scaled_epochs
 from vitladder.run_folder import RunPaths
-from vitladder.training.module import LadderModule, TrainingDiverged, build_mixup
+from vitladder.training.module import RecipeModule, TrainingDiverged, build_mixup
 from vitladder.training.resume import seed_epoch
 from vitladder.training.run import build_module, build_trainer
 
@@ -138,7 +138,7 @@ def test_a_nan_loss_stops_the_epoch_with_what_to_do(tiny_cfg) -> None:
         module.on_train_epoch_end()
 
 
-def attach_trainer(module: LadderModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
+def attach_trainer(module: RecipeModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
     """The few trainer attributes configure_optimizers and the schedule read (no training)."""
     datamodule = SimpleNamespace(train_dataloader=lambda: range(batches))  # len(): batches an epoch
     module.trainer = SimpleNamespace(
@@ -188,7 +188,7 @@ def expected_lr(step: int, peak: float, floor: float, start: float, warmup: int,
 def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_epochs, warmup_steps) -> None:
     optim = {"lr": 1e-3, "weight_decay": 0.05, "betas": [0.8, 0.95], "min_lr": 1e-5, "warmup_start_lr": 1e-6}
     model = {"patch_size": 8, "embed_dim": 12, "depth": 1, "num_heads": 6, "num_classes": K}
-    module = LadderModule(
+    module = RecipeModule(
         model=model,
         optim=optim,
         label_smoothing=0.0,

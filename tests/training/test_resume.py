@@ -89,15 +89,15 @@ def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tin
 
 
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_cfg, monkeypatch):
-    from vitladder.training.module import LadderModule, TrainingDiverged
+    from vitladder.training.module import RecipeModule, TrainingDiverged
 
-    training_step = LadderModule.training_step
+    training_step = RecipeModule.training_step
 
     def poisoned(self, batch, batch_idx):
         loss = training_step(self, batch, batch_idx)
         return loss * float("nan") if self.current_epoch == 1 else loss
 
-    monkeypatch.setattr(LadderModule, "training_step", poisoned)
+    monkeypatch.setattr(RecipeModule, "training_step", poisoned)
     cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", *TINY)
     with pytest.raises(TrainingDiverged, match="in epoch 1"):
         train_rung(cfg)

@@ -34,7 +34,7 @@ __all__ = ["AttentionAnalysis", "track_key"]
 
 
 def _network(pl_module: L.LightningModule) -> nn.Module:
-    """The ViT inside the LightningModule (``LadderModule.model``), or the module itself."""
+    """The ViT inside the LightningModule (``RecipeModule.model``), or the module itself."""
     return getattr(pl_module, "model", pl_module)
 
 

@@ -2,7 +2,7 @@
 
 Four figures per model width, each the median of several alternating rounds:
 
-- **project images/s**: ``LadderModule`` fed by ``ImageDataModule``'s ``DeviceBatches`` through
+- **project images/s**: ``RecipeModule`` fed by ``ImageDataModule``'s ``DeviceBatches`` through
   ``L.Trainer.fit`` (no logger, no checkpointing, no progress bar), steady-state steps only;
 - **bare images/s**: the same ``build_vit`` model, optimizer, loss, batches, precision and device in a
   plain ``for`` loop. Their ratio is Lightning's (and the module's) overhead;
@@ -134,7 +134,7 @@ def _train_batches(datamodule: ImageDataModule) -> DeviceBatches:
     return batches
 
 
-# --- the project's path: LadderModule + ImageDataModule through L.Trainer.fit -----------------------
+# --- the project's path: RecipeModule + ImageDataModule through L.Trainer.fit -----------------------
 
 
 class _StepStamps:

@@ -52,7 +52,11 @@ def optimizer_kwargs(device: torch.device) -> dict:
     return {"fused": True} if device.type == "cuda" else {}
 
 
-class LadderModule(L.LightningModule):
+class RecipeModule(L.LightningModule):
+    """One rung's ViT with its training recipe: the loss (label smoothing, timm's MixUp/CutMix), AdamW with
+    warmup and cosine decay per optimizer step, per-rank seeding of the random draws, and the accuracy and
+    loss metrics logged per epoch. Built by ``training.run.build_module`` from a composed config."""
+
     def __init__(
         self,
         model: dict,

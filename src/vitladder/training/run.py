@@ -22,7 +22,7 @@ from vitladder.run_folder import MODEL_FORMAT, RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
-from vitladder.training.module import LadderModule
+from vitladder.training.module import RecipeModule
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
 from vitladder.training.wandb_artifacts import log_rung_artifacts
@@ -31,9 +31,9 @@ from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_i
 log = logging.getLogger(__name__)
 
 
-def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
+def build_module(cfg: DictConfig, num_classes: int) -> RecipeModule:
     max_epochs, warmup_epochs = scaled_epochs(cfg)
-    return LadderModule(
+    return RecipeModule(
         model={**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": num_classes},
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         label_smoothing=float(cfg.loss.label_smoothing),
@@ -45,7 +45,7 @@ def build_module(cfg: DictConfig, num_classes: int) -> LadderModule:
     )
 
 
-def save_model(module: LadderModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
+def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
     save_torch(
         {
             "format": MODEL_FORMAT,
