@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tiny_data import tiny_data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CIFAR10_ARCHIVE = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg.tar.xz"
@@ -152,13 +153,7 @@ def smoke_ladder(tmp_path_factory) -> Path:
         "patch4",
         [
             "profile=smoke",
-            "data=synthetic",
-            "data.num_train=600",
-            "data.num_test=100",
-            "data.val_size=100",
-            "data.train_subset=null",
-            "data.test_subset=null",
-            "data.batch_size=100",
+            *tiny_data(num_train=600, num_test=100, val_size=100, batch_size=100),
             "analysis.num_images=20",
             "analysis.track_images=8",
             "profile.epoch_scale=0.02",

@@ -7,17 +7,13 @@ import sys
 import warnings
 
 import pytest
+from tiny_data import tiny_data
 
 from vitladder.training.wandb_run import resolve_mode
 
 TINY = [
     "profile=smoke",
-    "data.num_train=300",
-    "data.num_test=50",
-    "data.val_size=50",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=50",
+    *tiny_data(num_train=300, num_test=50, val_size=50, batch_size=50),
     "analysis.num_images=10",
     "trainer.enable_progress_bar=false",
 ]

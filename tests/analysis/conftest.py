@@ -10,20 +10,13 @@ import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
+from tiny_data import tiny_data
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.config import compose_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
 
-TINY_DATA = [
-    "data=synthetic",
-    "data.num_train=600",
-    "data.num_test=120",
-    "data.val_size=100",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=100",
-]
+TINY_DATA = tiny_data(num_train=600, num_test=120, val_size=100, batch_size=100)
 TINY_ANALYSIS = [
     "analysis.num_images=40",
     "analysis.batch_size=16",

@@ -10,19 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tiny_data import tiny_data
 
 from vitladder.config import compose_rung
 from vitladder.model import ViTConfig, build_vit
 
-TINY_DATA = [
-    "profile=smoke",
-    "data=synthetic",
-    "data.num_train=300",
-    "data.num_test=60",
-    "data.val_size=50",
-    "data.train_subset=null",
-    "data.test_subset=null",
-]
+TINY_DATA = ["profile=smoke", *tiny_data(num_train=300, num_test=60, val_size=50)]
 NUM_IMAGES = 5
 TEST_ACC = 0.4242
 CHROMIUM_ARGS = [

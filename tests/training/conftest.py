@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from tiny_data import tiny_data
 
 from vitladder.config import compose_rung
 
-TINY_DATA = [
-    "data=synthetic",
-    "data.num_train=1200",
-    "data.num_test=200",
-    "data.val_size=200",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=64",
-]
+TINY_DATA = tiny_data(num_train=1200, num_test=200, val_size=200, batch_size=64)
 
 
 @pytest.fixture

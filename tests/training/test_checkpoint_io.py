@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tiny_data import tiny_data
 
 from vitladder.cli import reports_user_errors
 from vitladder.errors import CheckpointError
@@ -23,12 +24,7 @@ from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import train_rung
 
 TINY = [
-    "data.num_train=700",
-    "data.num_test=100",
-    "data.val_size=100",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=50",
+    *tiny_data(num_train=700, num_test=100, val_size=100, batch_size=50),
     "analysis.num_images=20",
     "analysis.track_images=8",
 ]

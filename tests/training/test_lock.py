@@ -11,19 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_data import tiny_data
 
 from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
 from vitladder.training.run import train_rung
 
 TINY = [
     "profile=smoke",
-    "data=synthetic",
-    "data.num_train=300",
-    "data.num_test=50",
-    "data.val_size=50",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=50",
+    *tiny_data(num_train=300, num_test=50, val_size=50, batch_size=50),
     "analysis.num_images=10",
     "trainer.enable_progress_bar=false",
 ]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tiny_data import tiny_data
 
 from vitladder.config import register_resolvers
 from vitladder.data.augment import normalize
@@ -85,13 +86,7 @@ NUM_TRAIN, VAL, TEST, BATCH = 480, 97, 200, 48
 OVERRIDES = [
     "profile=smoke",
     "profile.epoch_scale=0.02",
-    "data=synthetic",
-    f"data.num_train={NUM_TRAIN}",
-    f"data.num_test={TEST}",
-    f"data.val_size={VAL}",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    f"data.batch_size={BATCH}",
+    *tiny_data(num_train=NUM_TRAIN, num_test=TEST, val_size=VAL, batch_size=BATCH),
     "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu",
     "analysis.num_images=16",

@@ -15,6 +15,7 @@ import lightning as L
 import pytest
 import torch
 import wandb
+from tiny_data import tiny_data
 
 from vitladder.config import rung_names
 from vitladder.run_folder import RunPaths
@@ -22,12 +23,7 @@ from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
 
 TINY = [
-    "data.num_train=700",
-    "data.num_test=100",
-    "data.val_size=100",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=50",
+    *tiny_data(num_train=700, num_test=100, val_size=100, batch_size=50),
     "analysis.num_images=20",
     "analysis.track_images=8",
 ]

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 from timm.layers.attention import Attention
+from tiny_data import tiny_data
 
 from vitladder.config import CONF_DIR, register_resolvers
 from vitladder.data.augment import normalize
@@ -31,13 +32,7 @@ from vitladder.training.run import build_module, train_rung
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
 SUBPROCESS_DATA = [
     "profile=smoke",
-    "data=synthetic",
-    "data.num_train=1200",
-    "data.num_test=200",
-    "data.val_size=200",
-    "data.train_subset=null",
-    "data.test_subset=null",
-    "data.batch_size=64",
+    *tiny_data(num_train=1200, num_test=200, val_size=200, batch_size=64),
     "trainer.enable_progress_bar=false",
     "analysis.num_images=64",
     "analysis.track_images=16",
