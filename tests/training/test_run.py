@@ -69,9 +69,13 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert summary["uniform_distance_px"] == pytest.approx(16.546, abs=1e-3)
 
     wandb_summary = read_wandb_summary(paths.root)
-    # The W&B config is the resolved Hydra config, once, plus the rung's position in the ladder: nothing
-    # from save_hyperparameters beside it (no top-level max_epochs, warmup_epochs, compile, ...).
-    assert wandb_summary["config"] == {**OmegaConf.to_container(cfg, resolve=True), "rung_index": 5}
+    # The W&B config is the resolved Hydra config, once (rung_info aside), plus the rung's position in the
+    # ladder and its declared inputs: nothing from save_hyperparameters beside it (no top-level max_epochs,
+    # warmup_epochs, compile, ...).
+    expected = {key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != "rung_info"}
+    inputs = wandb_summary["config"].get("inputs")
+    assert [(i["type"], i["name"]) for i in inputs] == [("dataset", "dataset-synthetic-1200-200-seed0")]
+    assert wandb_summary["config"] == {**expected, "rung_index": 5, "inputs": inputs}
     assert torch.load(paths.last_ckpt, weights_only=False)["hyper_parameters"]["model"]["patch_size"] == 4
     text = json.dumps(wandb_summary)
     for key in (
