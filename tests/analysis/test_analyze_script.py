@@ -60,7 +60,7 @@ def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> N
     assert torch.allclose(head_values(out), reference, atol=1e-4)
     assert len(read_csv(out / "tracking.csv")) == 21  # the history travels in the Lightning checkpoint
 
-    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     ckpt["state_dict"] = {k.replace("model.", "model._orig_mod.", 1): v for k, v in ckpt["state_dict"].items()}
     torch.save(ckpt, run / "checkpoints" / "compiled.ckpt")
     model, meta = load_model(run / "checkpoints" / "compiled.ckpt")

@@ -136,7 +136,7 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
 
     # what the final files hold: the trained weights, and the summary of this very run
     saved = torch.load(paths.model, map_location="cpu", weights_only=True)
-    last = torch.load(paths.last_ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    last = torch.load(paths.last_ckpt, map_location="cpu", weights_only=True)["state_dict"]
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"])
     assert all(torch.equal(value, last[f"model.{key}"]) for key, value in saved["state_dict"].items())

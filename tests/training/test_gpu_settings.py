@@ -6,6 +6,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from run_helpers import fit
 from torch._dynamo.utils import counters
 
 from vitladder.analysis.callback import AttentionAnalysis
@@ -14,21 +15,6 @@ from vitladder.run_folder import RunPaths
 from vitladder.training import module as module_module
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module, build_trainer
-
-
-def fit(cfg, module, callbacks=(), **trainer_kwargs) -> L.Trainer:
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-        **trainer_kwargs,
-    )
-    trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
-    return trainer
 
 
 def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):

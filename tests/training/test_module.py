@@ -5,26 +5,11 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from run_helpers import fit
 
 from vitladder.config import rung_names
-from vitladder.data.datamodule import ImageDataModule
 from vitladder.training.module import TrainingDiverged
 from vitladder.training.run import build_module
-
-
-def fit(cfg, module, **trainer_kwargs):
-    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        **trainer_kwargs,
-    )
-    trainer.fit(module, datamodule=datamodule)
-    return trainer
 
 
 @pytest.mark.parametrize("rung", rung_names())

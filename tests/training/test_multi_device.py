@@ -15,14 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from run_helpers import run_splits, saved_model
 from tiny_data import tiny_data
 
-from vitladder.config import register_resolvers
 from vitladder.data.augment import normalize
-from vitladder.data.datamodule import load_source, per_device_batch, split_train_val_test
+from vitladder.data.datamodule import per_device_batch
 from vitladder.errors import UserError
-from vitladder.model import ViTConfig, build_vit
 from vitladder.training.resume import seed_epoch
 from vitladder.training.run import train_rung, world_size
 
@@ -97,18 +95,8 @@ OVERRIDES = [
 
 def exact_accuracies(run_dir: Path) -> tuple[float, float]:
     """(validation, test) accuracy of the saved model over every image of the run's splits, in one process."""
-    register_resolvers()
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    _, val, test = split_train_val_test(
-        load_source(cfg.data),
-        int(cfg.data.val_size),
-        int(cfg.data.split_seed),
-        cfg.data.train_subset,
-        cfg.data.test_subset,
-    )
-    saved = torch.load(run_dir / "checkpoints" / "model.pt", map_location="cpu")
-    model = build_vit(ViTConfig(**saved["vit_config"])).eval()
-    model.load_state_dict(saved["state_dict"])
+    _, val, test = run_splits(run_dir)
+    model = saved_model(run_dir)
     with torch.no_grad():
         return tuple((model(normalize(s.images)).argmax(-1) == s.labels).float().mean().item() for s in (val, test))
 

@@ -43,7 +43,7 @@ class CrashAtEpoch(L.Callback):
 
 
 def weights(run_dir: Path) -> dict:
-    return torch.load(RunPaths(run_dir).model, map_location="cpu")["state_dict"]
+    return torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)["state_dict"]
 
 
 def epochs_in(metrics_csv: Path) -> list[int]:
@@ -98,7 +98,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_cfg, m
     with pytest.raises(TrainingDiverged, match="in epoch 1"):
         train_rung(cfg)
     paths = RunPaths(Path(cfg.run_dir))
-    kept = torch.load(paths.last_ckpt, map_location="cpu", weights_only=False)
+    kept = torch.load(paths.last_ckpt, map_location="cpu", weights_only=True)
     assert kept["epoch"] == 0 and all(torch.isfinite(v).all() for v in kept["state_dict"].values())
     assert not paths.done.exists() and not paths.model.exists()
     assert wandb.run is None  # closed as failed: a later run in this process must not attach to it

@@ -56,7 +56,7 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert any(row.get("lr") and row.get("step") for row in rows)
     assert float([row for row in rows if row.get("test/acc")][0]["test/acc"]) == pytest.approx(summary["test_acc"])
 
-    saved = torch.load(paths.model, map_location="cpu")
+    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"])  # strict: no `_orig_mod.` or Lightning prefixes
     assert saved["rung"] == "mixup_cutmix" and len(saved["classes"]) == 10
@@ -76,7 +76,7 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     inputs = wandb_summary["config"].get("inputs")
     assert [(i["type"], i["name"]) for i in inputs] == [("dataset", "dataset-synthetic-1200-200-seed0")]
     assert wandb_summary["config"] == {**expected, "rung_index": 5, "inputs": inputs}
-    assert torch.load(paths.last_ckpt, weights_only=False)["hyper_parameters"]["model"]["patch_size"] == 4
+    assert torch.load(paths.last_ckpt, weights_only=True)["hyper_parameters"]["model"]["patch_size"] == 4
     text = json.dumps(wandb_summary)
     for key in (
         "test/acc",

@@ -18,13 +18,13 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
+from run_helpers import fit, run_splits, saved_model
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
 from vitladder.config import CONF_DIR, register_resolvers
 from vitladder.data.augment import normalize
-from vitladder.data.datamodule import ImageDataModule, load_source, split_train_val_test
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
 from vitladder.training.run import build_module, train_rung
@@ -37,21 +37,6 @@ SUBPROCESS_DATA = [
     "analysis.num_images=64",
     "analysis.track_images=16",
 ]
-
-
-def fit(cfg, module, callbacks=(), **trainer_kwargs):
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-        **trainer_kwargs,
-    )
-    trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
-    return trainer
 
 
 # --- data on the device ------------------------------------------------------------------------------
@@ -250,10 +235,10 @@ def test_a_compiled_run_trains_and_saves_plain_state_dicts(tiny_cfg):
     assert summary["epochs"] == 1 and 0.0 <= summary["test_acc"] <= 1.0
 
     paths = RunPaths(Path(cfg.run_dir))
-    saved = torch.load(paths.model, map_location="cpu")
+    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
-    ckpt = torch.load(paths.last_ckpt, map_location="cpu", weights_only=False)
+    ckpt = torch.load(paths.last_ckpt, map_location="cpu", weights_only=True)
     assert not any("_orig_mod" in key for key in ckpt["state_dict"])
     model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}, strict=True)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved["state_dict"].items())
@@ -326,18 +311,8 @@ def writers(writes: list[str], name: str) -> list[str]:
 
 def evaluate_on_validation(run_dir: Path) -> tuple[float, torch.Tensor]:
     """(accuracy of model.pt over the run's whole validation split, per-image correctness)."""
-    register_resolvers()
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    _, val, _ = split_train_val_test(
-        load_source(cfg.data),
-        int(cfg.data.val_size),
-        int(cfg.data.split_seed),
-        cfg.data.train_subset,
-        cfg.data.test_subset,
-    )
-    saved = torch.load(run_dir / "checkpoints" / "model.pt", map_location="cpu")
-    model = build_vit(ViTConfig(**saved["vit_config"])).eval()
-    model.load_state_dict(saved["state_dict"])
+    _, val, _ = run_splits(run_dir)
+    model = saved_model(run_dir)
     with torch.no_grad():
         correct = (model(normalize(val.images)).argmax(dim=-1) == val.labels).float()  # (N,)
     return correct.mean().item(), correct

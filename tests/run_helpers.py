@@ -1,0 +1,52 @@
+"""Helpers shared by the tests that train: a bare Trainer fit on tiny data, and a finished run's model and splits.
+
+Importable from any test (``pythonpath = ["tests"]`` in pyproject.toml), so each idea is written once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from vitladder.config import register_resolvers
+from vitladder.data.datamodule import ImageDataModule, load_source, split_train_val_test
+from vitladder.model import ViTConfig, build_vit
+from vitladder.run_folder import RunPaths
+
+
+def fit(cfg, module: L.LightningModule, callbacks=(), **trainer_kwargs) -> L.Trainer:
+    """Fit ``module`` on ``cfg``'s data with a quiet CPU Trainer (no logger, checkpoints or sanity steps)."""
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        **trainer_kwargs,
+    )
+    trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
+    return trainer
+
+
+def saved_model(run_dir: Path) -> nn.Module:
+    """A finished run's model.pt, read weights-only, as a ViT in eval mode."""
+    saved = torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)
+    model = build_vit(ViTConfig(**saved["vit_config"])).eval()
+    model.load_state_dict(saved["state_dict"])
+    return model
+
+
+def run_splits(run_dir: Path):
+    """(train, val, test) splits of a run, rebuilt in this process from its config.yaml."""
+    register_resolvers()
+    cfg = OmegaConf.load(RunPaths(run_dir).config)
+    data = cfg.data
+    return split_train_val_test(
+        load_source(data), int(data.val_size), int(data.split_seed), data.train_subset, data.test_subset
+    )
