@@ -22,12 +22,6 @@ GPU_GLIBC_TAGS = manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 many
 GPU_PLATFORMS = $(foreach tag,$(GPU_GLIBC_TAGS),--platform $(tag)_x86_64)
 GPU_ARCHIVE = ../shared/data/cifar10-jpeg.tar.xz
 
-# make mutation: every function of the files in pyproject's [tool.mutmut] only_mutate, except that of
-# training/run.py only the ones that build the module and trainer and write the final files.
-MUTANTS := 'vitladder.analysis.*' 'vitladder.data.*' 'vitladder.training.module.*' \
-	$(foreach f,build_module build_trainer save_model train_rung _train_locked is_finished read_summary,\
-	'vitladder.training.run.x_$(f)__mutmut_*')
-
 LADDER_DIR = outputs/$(if $(strip $(LADDER)),$(strip $(LADDER)),$(strip $(PROFILE)))
 CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
@@ -95,8 +89,8 @@ $(MUTATION_STAMP): $(STAMP)
 	touch $(MUTATION_STAMP)
 
 mutation: $(MUTATION_STAMP)  ## mutation testing of the code that computes the numbers (hours; not in make test)
-	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(strip $(JOBS)) $(MUTANTS)
-	$(PY) scripts/mutation_summary.py $(MUTANTS)
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(strip $(JOBS))
+	$(PY) scripts/mutation_summary.py
 
 clean-venv:  ## remove the virtual environment
 	rm -rf $(VENV)

@@ -102,7 +102,7 @@ def fit_fn():
 def fitted_run(tmp_path_factory) -> FittedRun:
     """A 2-epoch patch4 run in a run folder laid out like train_rung's (config.yaml, model.pt, last.ckpt)."""
     from vitladder.run_folder import RunPaths
-    from vitladder.training.run import save_model
+    from vitladder.training.results import save_model
 
     root = tmp_path_factory.mktemp("fitted")
     overrides = tiny_overrides(root)

@@ -26,6 +26,7 @@ import vitladder.data.datamodule as datamodule_module
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths, is_finished, read_summary
+from vitladder.training import results as results_module
 from vitladder.training import run as run_module
 from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import train_rung
@@ -127,7 +128,8 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert checkpoints == ["last.ckpt"] and checkpoint_epoch(paths.last_ckpt) == 2  # replaced, not versioned
 
     renames = record_renames(monkeypatch, paths.root)
-    monkeypatch.setattr(run_module, "time", SimpleNamespace(time=iter([100.0, 112.34]).__next__))  # start, end
+    monkeypatch.setattr(run_module, "time", SimpleNamespace(time=lambda: 100.0))  # started
+    monkeypatch.setattr(results_module, "time", SimpleNamespace(time=lambda: 112.34))  # summarised
     summary = train_rung(cfg)  # resumes from last.ckpt: nothing left to train; tests, analyses and saves
     assert renames[-1] == "done.json" and renames.count("done.json") == 1, renames
     assert "checkpoints/model.pt" in renames

@@ -13,19 +13,18 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.analysis.callback import AttentionAnalysis
-from vitladder.analysis.outputs import analysis_summary_for_done
-from vitladder.atomic import save_torch, write_json, write_text
+from vitladder.atomic import write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
-from vitladder.run_folder import MODEL_FORMAT, RunPaths, read_summary
+from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
 from vitladder.training.module import RecipeModule
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
-from vitladder.training.resume import checkpoint_epoch, last_logged, prune_metrics
-from vitladder.training.wandb_artifacts import log_rung_artifacts
+from vitladder.training.results import final_val_acc, rung_summary, write_results
+from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
 
 log = logging.getLogger(__name__)
@@ -42,20 +41,6 @@ def build_module(cfg: DictConfig, num_classes: int) -> RecipeModule:
         warmup_epochs=warmup_epochs,
         compile=bool(cfg.speed.compile),
         seed=int(cfg.seed),
-    )
-
-
-def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
-    save_torch(
-        {
-            "format": MODEL_FORMAT,
-            "vit_config": module.vit_config.to_dict(),
-            "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
-            "classes": list(classes),
-            "rung": cfg.rung,
-            "ladder": cfg.ladder,
-        },
-        paths.model,
     )
 
 
@@ -217,30 +202,9 @@ def _train_locked(
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
-        val_acc = trainer.callback_metrics.get("val/acc")
-        if val_acc is None:  # resumed after the last epoch had finished: nothing was validated this time
-            val_acc = last_logged(paths.metrics_csv, "val/acc")
-        val_acc = float(val_acc)
+        val_acc = final_val_acc(trainer, paths)
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
-
-        summary = {
-            "rung": cfg.rung,
-            "ladder": cfg.ladder,
-            "seed": int(cfg.seed),
-            "epochs": trainer.current_epoch,
-            "steps": trainer.global_step,  # fewer than epochs x steps per epoch when trainer.max_time stopped it
-            "test_acc": float(test_metrics["test/acc"]),
-            "test_loss": float(test_metrics["test/loss"]),
-            "val_acc": val_acc,
-            "seconds": round(time.time() - started, 1),
-        }
-        if analysis.summary is not None:
-            summary.update(analysis_summary_for_done(analysis.summary))
+        summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.summary, started)
         if trainer.is_global_zero:
-            save_model(module, paths, datamodule.classes, cfg)
-            if wandb_logger is not None:
-                wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
-                log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
-                wandb_logger.experiment.finish()
-            write_json(paths.done, summary)
+            write_results(module, paths, datamodule.classes, cfg, summary, wandb_logger)
     return summary

@@ -1,0 +1,79 @@
+"""A rung's final writes, in order: what it measured (done.json's content), model.pt, the W&B summary and
+artifacts, and done.json last, so that its presence means every other output is complete."""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+from omegaconf import DictConfig
+
+from vitladder.analysis.outputs import analysis_summary_for_done
+from vitladder.analysis.summary import AttentionSummary
+from vitladder.atomic import save_torch, write_json
+from vitladder.run_folder import MODEL_FORMAT, RunPaths
+from vitladder.training.module import RecipeModule
+from vitladder.training.resume import last_logged
+from vitladder.training.wandb_artifacts import log_rung_artifacts
+
+
+def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
+    """model.pt: the trained weights and all that rebuilds and names them, plain tensors and lists only
+    (read back with weights_only=True)."""
+    save_torch(
+        {
+            "format": MODEL_FORMAT,
+            "vit_config": module.vit_config.to_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
+            "classes": list(classes),
+            "rung": cfg.rung,
+            "ladder": cfg.ladder,
+        },
+        paths.model,
+    )
+
+
+def final_val_acc(trainer: L.Trainer, paths: RunPaths) -> float:
+    """The last validation accuracy; a run resumed after its last epoch validated nothing this time, so
+    its value is the one metrics.csv logged before the interruption."""
+    val_acc = trainer.callback_metrics.get("val/acc")
+    if val_acc is None:
+        val_acc = last_logged(paths.metrics_csv, "val/acc")
+    return float(val_acc)
+
+
+def rung_summary(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    val_acc: float,
+    test_metrics: dict,
+    analysis: AttentionSummary | None,
+    started: float,
+) -> dict:
+    """done.json's content: the rung's identity, its training length, accuracies and headline attention numbers."""
+    summary = {
+        "rung": cfg.rung,
+        "ladder": cfg.ladder,
+        "seed": int(cfg.seed),
+        "epochs": trainer.current_epoch,
+        "steps": trainer.global_step,  # fewer than epochs x steps per epoch when trainer.max_time stopped it
+        "test_acc": float(test_metrics["test/acc"]),
+        "test_loss": float(test_metrics["test/loss"]),
+        "val_acc": val_acc,
+        "seconds": round(time.time() - started, 1),
+    }
+    if analysis is not None:
+        summary.update(analysis_summary_for_done(analysis))
+    return summary
+
+
+def write_results(
+    module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig, summary: dict, wandb_logger
+) -> None:
+    """On the global-zero process. done.json comes last: its presence means every other output is complete."""
+    save_model(module, paths, classes, cfg)
+    if wandb_logger is not None:
+        wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+        log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
+        wandb_logger.experiment.finish()
+    write_json(paths.done, summary)

@@ -1,0 +1,178 @@
+"""A run's final writes (training/results.py), without training: what done.json says, where val_acc
+comes from, and the order in which model.pt, W&B and done.json are written (done.json last: its
+presence means finished).
+
+tests/training/test_final_writes.py follows the same writes through a real, resumed run; these are the
+fast checks `make mutation` runs against every change to the functions.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vitladder.analysis.summary import AttentionSummary, HeadStats
+from vitladder.errors import CheckpointError
+from vitladder.model import ViTConfig, build_vit
+from vitladder.run_folder import MODEL_FORMAT, RunPaths, is_finished, read_summary
+from vitladder.training import results as results_module
+from vitladder.training.results import final_val_acc, rung_summary, write_results
+
+CFG = OmegaConf.create({"rung": "warmup", "ladder": "smoke", "seed": 3})
+
+
+def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None) -> SimpleNamespace:
+    metrics = {} if val_acc is None else {"val/acc": torch.tensor(val_acc)}
+    return SimpleNamespace(current_epoch=epochs, global_step=steps, callback_metrics=metrics)
+
+
+def three_layer_summary() -> AttentionSummary:
+    heads = HeadStats(
+        {
+            # (L, H); layers count from 0, so "layer 1" is the second row
+            "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
+            "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
+            "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
+        }
+    )
+    uniform = {"distance_px": 11.5, "entropy_nats": 4.1}
+    return AttentionSummary(heads=heads, patch_px=8, grid=4, num_images=16, uniform=uniform)
+
+
+def test_the_summary_holds_the_runs_identity_length_accuracies_and_time(monkeypatch):
+    monkeypatch.setattr(results_module, "time", SimpleNamespace(time=lambda: 112.34))
+    test_metrics = {"test/acc": torch.tensor(0.625), "test/loss": torch.tensor(1.5)}
+    summary = rung_summary(CFG, fake_trainer(epochs=4, steps=120), 0.75, test_metrics, None, started=100.0)
+    assert summary == {
+        "rung": "warmup",
+        "ladder": "smoke",
+        "seed": 3,
+        "epochs": 4,
+        "steps": 120,
+        "test_acc": 0.625,
+        "test_loss": 1.5,
+        "val_acc": 0.75,
+        "seconds": 12.3,
+    }
+    assert all(type(summary[key]) is float for key in ("test_acc", "test_loss", "val_acc", "seconds"))
+    json.dumps(summary)  # tensors would not serialise
+
+
+def test_the_summary_adds_layer_one_of_the_analysis():
+    test_metrics = {"test/acc": 0.5, "test/loss": 2.0}
+    summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, three_layer_summary(), started=0.0)
+    assert summary["layer1_distance_px"] == pytest.approx(3.0)  # layer 1's head mean
+    assert summary["layer1_entropy_nats"] == pytest.approx(1.5)
+    assert (summary["uniform_distance_px"], summary["uniform_entropy_nats"]) == (11.5, 4.1)
+    assert summary["analysis_images"] == 16
+
+
+def write_metrics_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=["epoch", "step", "train/loss", "val/acc"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_val_acc_is_this_fits_last_validation_else_the_last_one_logged(tmp_path):
+    paths = RunPaths(tmp_path)
+    write_metrics_csv(paths.metrics_csv, [{"epoch": 1, "val/acc": 0.4}, {"epoch": 2, "train/loss": 1.0}])
+    assert final_val_acc(fake_trainer(val_acc=0.875), paths) == 0.875
+    assert type(final_val_acc(fake_trainer(val_acc=0.875), paths)) is float
+    # resumed after its last epoch: nothing validated in this process, so the value logged before the resume
+    assert final_val_acc(fake_trainer(val_acc=None), paths) == 0.4
+    write_metrics_csv(paths.metrics_csv, [{"epoch": 1, "train/loss": 1.0}])
+    with pytest.raises(CheckpointError, match="no val/acc logged"):
+        final_val_acc(fake_trainer(val_acc=None), paths)
+
+
+class FakeExperiment:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.summary = self
+
+    def update(self, values: dict) -> None:
+        self.events.append(f"wandb summary {sorted(values.items())}")
+
+    def finish(self) -> None:
+        self.events.append("wandb finish")
+
+
+@pytest.fixture
+def events(monkeypatch, tmp_path) -> list[str]:
+    """What write_results does, in order: files made visible (os.replace) and W&B calls."""
+    events: list[str] = []
+    replace = os.replace
+
+    def recording(src, dst, *args, **kwargs):
+        replace(src, dst, *args, **kwargs)
+        events.append(Path(dst).relative_to(tmp_path).as_posix())
+
+    monkeypatch.setattr(os, "replace", recording)
+    monkeypatch.setattr(
+        results_module,
+        "log_rung_artifacts",
+        lambda experiment, cfg, model, analysis, summary: events.append(f"artifacts {model.name} {summary['rung']}"),
+    )
+    return events
+
+
+def tiny_module() -> SimpleNamespace:
+    config = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, num_classes=3)
+    return SimpleNamespace(vit_config=config, model=build_vit(config))
+
+
+SUMMARY = {"rung": "warmup", "val_acc": 0.5, "test_acc": 0.25}
+
+
+def test_model_pt_then_wandb_then_done_json_last(tmp_path, events):
+    paths, module = RunPaths(tmp_path), tiny_module()
+    logger = SimpleNamespace(experiment=FakeExperiment(events))
+    write_results(module, paths, ("cat", "dog", "emu"), CFG, SUMMARY, logger)
+    assert events == [
+        "checkpoints/model.pt",
+        "wandb summary [('test/acc', 0.25), ('val/acc', 0.5)]",
+        "artifacts model.pt warmup",
+        "wandb finish",
+        "done.json",
+    ]
+    assert is_finished(tmp_path) and read_summary(tmp_path) == SUMMARY
+    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
+    assert (saved["format"], saved["rung"], saved["ladder"], saved["classes"]) == (
+        MODEL_FORMAT,
+        "warmup",
+        "smoke",
+        ["cat", "dog", "emu"],
+    )
+    assert ViTConfig(**saved["vit_config"]) == module.vit_config
+    state = module.model.state_dict()
+    assert saved["state_dict"].keys() == state.keys()
+    assert all(torch.equal(saved["state_dict"][key], value) for key, value in state.items())
+
+
+def test_without_wandb_model_pt_then_done_json(tmp_path, events):
+    write_results(tiny_module(), RunPaths(tmp_path), ("a", "b", "c"), CFG, SUMMARY, None)
+    assert events == ["checkpoints/model.pt", "done.json"]
+
+
+def test_a_model_pt_that_cannot_be_written_leaves_the_rung_unfinished(tmp_path, events, monkeypatch):
+    replace = os.replace
+
+    def full_disk(src, dst, *args, **kwargs):
+        if Path(dst).name == "model.pt":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_results(tiny_module(), RunPaths(tmp_path), ("a", "b", "c"), CFG, SUMMARY, None)
+    assert not is_finished(tmp_path) and not RunPaths(tmp_path).done.exists()
