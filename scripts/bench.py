@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from vitladder.atomic import write_json
-    from vitladder.training.benchmark import format_table, run_benchmark
+    from vitladder.devtools.benchmark import format_table, run_benchmark
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
+    from vitladder.devtools.gpu_check import SETTINGS, CheckOptions, run_check
     from vitladder.errors import UserError
-    from vitladder.training.gpu_check import SETTINGS, CheckOptions, run_check
 
     settings = tuple(s.strip() for s in args.settings.split(",") if s.strip())
     if not settings or any(s not in SETTINGS for s in settings):

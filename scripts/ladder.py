@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. profile=smoke trainer.devices=2")
     args = parser.parse_args(argv)
 
-    from vitladder.training.estimate import estimate_ladder
+    from vitladder.devtools.estimate import estimate_ladder
     from vitladder.training.ladder import LONG_LADDER_S, data_overrides, parse_seeds, plan_ladder, run_ladder
     from vitladder.training.run import train_rung
     from vitladder.training.wandb_run import check_wandb_mode

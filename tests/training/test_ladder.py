@@ -138,7 +138,7 @@ def test_a_ladder_estimated_beyond_a_day_stops_before_training(tmp_path):
 
 
 def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_path, monkeypatch, capsys):
-    from vitladder.training import estimate
+    from vitladder.devtools import estimate
 
     monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: [500_000.0] * len(cfgs))
     script = load_ladder_script(repo_root)

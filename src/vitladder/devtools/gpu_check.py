@@ -28,11 +28,11 @@ from vitladder.analysis.outputs import read_csv
 from vitladder.atomic import write_json, write_text
 from vitladder.config import compose_rung, get_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
+from vitladder.devtools.benchmark import BenchSettings, time_project
+from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import build_report
 from vitladder.run_folder import RunPaths
-from vitladder.training.benchmark import BenchSettings, time_project
-from vitladder.training.estimate import EVAL_COST
 from vitladder.training.run import train_rung
 
 RUNG = "epochs200"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from vitladder.training.gpu_check import RESERVE_S, Measured, choose, max_time, plan_epochs
+from vitladder.devtools.gpu_check import RESERVE_S, Measured, choose, max_time, plan_epochs
 
 # Records, at exit, every module the process imported.
 MODULE_DUMP = textwrap.dedent(

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vitladder.training.benchmark import format_table, run_benchmark, settings_for
+from vitladder.devtools.benchmark import format_table, run_benchmark, settings_for
 
 FIGURES = {
     "project_images_per_s",
