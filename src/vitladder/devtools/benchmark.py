@@ -11,19 +11,16 @@ Four figures per model width, each the median of several alternating rounds:
   1,000 images against a plain forward pass over the same images.
 
 The epoch time extrapolates the project's images/s to the 45,000 training images of CIFAR-10.
-Both loops timestamp the start of every step from step ``warmup`` to step ``warmup + steps``, so a step's
-time includes fetching its batch and every hook. On the CPU a round's figure is the median of its step
-times (robust to other jobs' bursts on a shared machine); on CUDA, where launches run ahead of the
-device, it is the whole span over ``steps``, the device synchronised at both ends only. The ratio is the
+Every figure is timed by ``devtools.timing``: the start of every step from step ``warmup`` to step
+``warmup + steps`` is timestamped, so a step's time includes fetching its batch and every hook; a round's
+figure is the median of its step times on the CPU, the whole span over ``steps`` on CUDA. The ratio is the
 median over rounds of each round's project/bare pair, the two run back to back in alternating order.
 """
 
 from __future__ import annotations
 
-import itertools
 import platform
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -38,6 +35,7 @@ from vitladder.config import compose_rung
 from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
+from vitladder.devtools.timing import StepClock, time_steps
 from vitladder.model import ViTConfig, build_vit, num_parameters
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module
@@ -112,11 +110,6 @@ def bench_config(s: BenchSettings) -> DictConfig:
     )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _autocast(device: torch.device, precision: str):
     """The autocast Lightning's precision plugin uses for ``precision`` (none for 32-true)."""
     if precision == "bf16-mixed":
@@ -137,41 +130,21 @@ def _train_batches(datamodule: ImageDataModule) -> DeviceBatches:
 # --- the project's path: RecipeModule + ImageDataModule through L.Trainer.fit -----------------------
 
 
-class _StepStamps:
-    """Start times of steps ``warmup .. warmup + steps``; the device is synchronised at the two ends."""
+class _StepClockCallback(L.Callback):
+    """``StepClock`` inside ``trainer.fit``: Lightning drives the loop, so ``time_steps`` cannot; the clock
+    is the same, stamped at the start of every training batch."""
 
-    def __init__(self, warmup: int, steps: int, device: torch.device) -> None:
-        self.warmup, self.steps, self.device = warmup, steps, device
-        self.stamps: list[float] = []
-
-    def at_step(self, index: int) -> bool:
-        """Call at the start of step ``index``; True once the last timestamp is taken."""
-        if self.warmup <= index <= self.warmup + self.steps:
-            if index in (self.warmup, self.warmup + self.steps):
-                _sync(self.device)
-            self.stamps.append(time.perf_counter())
-        return len(self.stamps) == self.steps + 1
-
-    def seconds_per_step(self) -> float:
-        if len(self.stamps) != self.steps + 1:
-            raise RuntimeError(f"timed {len(self.stamps) - 1} of {self.steps} steps: too few training batches")
-        if self.device.type == "cpu":
-            return statistics.median(b - a for a, b in zip(self.stamps, self.stamps[1:]))
-        return (self.stamps[-1] - self.stamps[0]) / self.steps
-
-
-class _StepClock(L.Callback):
-    def __init__(self, stamps: _StepStamps) -> None:
-        self.stamps = stamps
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        self.stamps.at_step(batch_idx)
+        self.clock.at_step(batch_idx)
 
 
 def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
     """Seconds per steady-state training step of the project's Lightning path."""
     module = build_module(cfg, num_classes=len(datamodule.classes))
-    stamps = _StepStamps(s.warmup, s.steps, torch.device(s.device))
+    clock = StepClock(s.warmup, s.steps, torch.device(s.device))
     trainer = L.Trainer(
         accelerator=s.device,
         devices=1,
@@ -184,10 +157,10 @@ def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings)
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[_StepClock(stamps)],
+        callbacks=[_StepClockCallback(clock)],
     )
     trainer.fit(module, datamodule=datamodule)
-    return stamps.seconds_per_step()
+    return clock.seconds_per_step()
 
 
 # --- the bare loop ----------------------------------------------------------------------------------
@@ -212,39 +185,26 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
     )
     criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
     autocast = _autocast(device, cfg.trainer.precision)
+    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))
 
-    stamps = _StepStamps(s.warmup, s.steps, device)
-    for i, (images, labels) in enumerate(_train_batches(datamodule)):
-        if stamps.at_step(i):
-            break
+    def step() -> None:
+        images, labels = next(batches)  # (B, 3, H, W), (B,) on the device
         with autocast:
             loss = criterion(model(images), labels)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return stamps.seconds_per_step()
+
+    return time_steps(step, s.warmup, s.steps, device)
 
 
 def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
     """Seconds per batch of ``DeviceBatches`` alone: index, gather, crop, flip, normalise."""
-    stamps = _StepStamps(s.warmup, s.steps, torch.device(s.device))
     batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))
-    for i in itertools.count():
-        if stamps.at_step(i):
-            break
-        next(batches)
-    return stamps.seconds_per_step()
+    return time_steps(lambda: next(batches), s.warmup, s.steps, torch.device(s.device))
 
 
 # --- analysis against a forward pass ---------------------------------------------------------------
-
-
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    _sync(device)
-    started = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - started
 
 
 def time_analysis(
@@ -274,7 +234,7 @@ def time_analysis(
     for r in range(rounds):
         order = (("analysis", analysis), ("forward", forward))
         for name, fn in order if r % 2 == 0 else order[::-1]:
-            times[name].append(_timed(fn, device))
+            times[name].append(time_steps(fn, warmup=0, steps=1, device=device))  # warmed up above
     return statistics.median(times["analysis"]), statistics.median(times["forward"])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import cache
 
@@ -10,6 +9,7 @@ import torch
 from omegaconf import DictConfig
 
 from vitladder.config import scaled_epochs
+from vitladder.devtools.timing import time_steps
 from vitladder.model import ViTConfig, build_vit
 
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
@@ -33,15 +33,8 @@ def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step()  # warm-up: allocations, kernel selection
-    if device == "cuda":
-        torch.cuda.synchronize()
-    started, steps = time.perf_counter(), 2
-    for _ in range(steps):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - started) / (steps * batch)
+    # One warm-up step (allocations, kernel selection), two timed: on the CPU their median is their mean.
+    return time_steps(step, warmup=1, steps=2, device=torch.device(device)) / batch
 
 
 def estimate_run_seconds(cfg: DictConfig, num_train: int, num_val: int, num_test: int) -> float:
