@@ -91,3 +91,4 @@ def test_a_checkpoint_belongs_to_the_run_folder_that_holds_its_config(tmp_path):
     paths.config.write_text("rung: warmup\n")
     assert run_folder_of(paths.model) == paths.root
     assert run_folder_of(Path(tmp_path / "elsewhere" / "model.pt")) is None
+    assert run_folder_of(paths.root / "exported.pt") == paths.root  # a file beside config.yaml: that folder

@@ -9,7 +9,7 @@ import torch
 
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.metrics import attention_entropy, attention_rollout, cls_share, mean_attention_distance
-from vitladder.analysis.summary import analyse, query_metrics
+from vitladder.analysis.summary import analyse, headline_layer, query_metrics
 from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
 from vitladder.data.augment import normalize
 from vitladder.model import ViTConfig, build_vit
@@ -44,6 +44,10 @@ def test_shapes_and_layer_means(images: torch.Tensor) -> None:
     assert summary.uniform["entropy_nats"] == pytest.approx(math.log(65))
     # drop convention = renormalised distance scaled by the patch share, so it is never larger
     assert torch.all(summary.heads["distance_drop_px"] <= summary.heads["distance_px"] + 1e-5)
+
+
+def test_layer_one_is_the_second_block_or_a_one_layer_models_only_one() -> None:
+    assert [headline_layer(n) for n in (1, 2, 7)] == [0, 1, 1]
 
 
 def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
