@@ -8,7 +8,7 @@ import torch
 from run_helpers import fit
 
 from vitladder.config import rung_names
-from vitladder.training.module import TrainingDiverged
+from vitladder.training.module import TrainingDiverged, optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module
 
 
@@ -111,3 +111,19 @@ def test_train_acc_under_mixup_scores_the_dominant_class_of_the_mixed_target(tin
     module.forward = lambda images: 5.0 * F.one_hot(dominant, 10).float()
     module.training_step((torch.zeros(8, 3, 32, 32), labels), 0)
     assert module.train_acc.compute() == 0.0
+
+
+def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):
+    assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
+    assert optimizer_kwargs(torch.device("cpu")) == {}
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        use_tensor_cores()
+        assert torch.get_float32_matmul_precision() == "highest"
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        use_tensor_cores()
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
