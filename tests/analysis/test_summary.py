@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from vitladder.analysis.capture import capture_attention
-from vitladder.analysis.metrics import attention_entropy, attention_rollout, cls_share, mean_attention_distance
-from vitladder.analysis.summary import analyse, headline_layer, query_metrics
+from vitladder.analysis.metrics import (
+    attention_entropy,
+    attention_rollout,
+    cls_share,
+    declared,
+    mean_attention_distance,
+)
+from vitladder.analysis.summary import analyse, head_metrics, headline_layer, query_metrics
 from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
 from vitladder.data.augment import normalize
 from vitladder.model import ViTConfig, build_vit
@@ -48,6 +54,17 @@ def test_shapes_and_layer_means(images: torch.Tensor) -> None:
 
 def test_layer_one_is_the_second_block_or_a_one_layer_models_only_one() -> None:
     assert [headline_layer(n) for n in (1, 2, 7)] == [0, 1, 1]
+
+
+def test_head_metrics_stacks_the_metrics_asked_for_in_their_order_by_default_every_declared_one() -> None:
+    attn = torch.softmax(torch.randn(2, 3, 17, 17, generator=torch.Generator().manual_seed(0)), dim=-1)  # (B, H, T, T)
+    by_name = {metric.name: metric for metric in declared()}
+    chosen = [by_name["entropy_nats"], by_name["distance_px"]]
+    stacked = head_metrics(attn, 8, chosen)  # (2, H)
+    assert stacked.shape == (2, 3)
+    assert torch.equal(stacked[0], attention_entropy(attn))
+    assert torch.equal(stacked[1], mean_attention_distance(attn, 8))
+    assert torch.equal(head_metrics(attn, 8), torch.stack([metric.fn(attn, 8) for metric in declared()]))
 
 
 def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
