@@ -154,13 +154,14 @@ class RecipeModule(L.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.val_loss, self.val_acc)
-        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True)
-        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True)
+        # Lightning's defaults here: the metric objects are computed and logged once per epoch.
+        self.log("val/loss", self.val_loss)
+        self.log("val/acc", self.val_acc)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.test_loss, self.test_acc)
-        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
-        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+        self.log("test/loss", self.test_loss)
+        self.log("test/acc", self.test_acc)
 
     def configure_optimizers(self):
         optim = self.hparams.optim
