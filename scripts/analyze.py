@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> Path:
         int(meta.vit_config.patch_size),
         labels=labels[:n],
         example_index=min(int(cfg.analysis.example_image), n - 1),
+        stats=meta.stats,
     )
     history = meta.history or read_tracking(out)
     files = write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from vitladder.config import register_resolvers
-from vitladder.data.datamodule import ImageDataModule, load_source, split_train_val_test
+from vitladder.data import sources
+from vitladder.data.datamodule import ImageDataModule, split_train_val_test
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
 
@@ -34,6 +35,20 @@ def fit(cfg, module: L.LightningModule, callbacks=(), **trainer_kwargs) -> L.Tra
     return trainer
 
 
+def set_up_data(cfg) -> ImageDataModule:
+    """``cfg``'s datamodule, set up on the CPU (its source loaded once per process)."""
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule.setup()
+    return datamodule
+
+
+def module_for(cfg):
+    """The run's RecipeModule for ``cfg``, sized by its data (classes, image size, steps, statistics)."""
+    from vitladder.training.run import build_module
+
+    return build_module(cfg, set_up_data(cfg))
+
+
 def saved_model(run_dir: Path) -> nn.Module:
     """A finished run's model.pt, read weights-only, as a ViT in eval mode."""
     saved = torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)
@@ -48,5 +63,5 @@ def run_splits(run_dir: Path):
     cfg = OmegaConf.load(RunPaths(run_dir).config)
     data = cfg.data
     return split_train_val_test(
-        load_source(data), int(data.val_size), int(data.split_seed), data.train_subset, data.test_subset
+        sources.load(data), int(data.val_size), int(data.split_seed), data.train_subset, data.test_subset
     )

@@ -168,7 +168,8 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "my-ladder",
     ),
     ("wandb.mode", lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline"),
-    ("model.patch_size", lambda v: v >= 1 and 32 % v == 0, "a divisor of 32, the image size", "4"),
+    # That it divides the image size is checked once the data are loaded (training.run.check_patch_size).
+    ("model.patch_size", lambda v: v >= 1, "at least 1", "4"),
     ("model.num_heads", lambda v: v >= 1, "at least 1", "6"),
     ("model.depth", lambda v: v >= 1, "at least 1", "7"),
     ("model.drop_path_rate", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),

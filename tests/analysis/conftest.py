@@ -63,7 +63,8 @@ def fit(
     run_dir = Path(cfg.run_dir)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.setup()
-    module = build_module(cfg, num_classes=len(datamodule.classes))
+    module = build_module(cfg, datamodule)
+    callback.data = datamodule  # as train_rung gives it
     loggers = [CSVLogger(save_dir=str(run_dir), name="", version="")]
     if wandb_dir is not None:
         loggers.append(WandbLogger(project="vitladder-tests", save_dir=str(wandb_dir), mode="offline"))

@@ -41,7 +41,14 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     assert len(read_csv(out / "tracking.csv")) == 21
 
     test = fitted_run.datamodule.test
-    again = analyse(fitted_run.trainer.lightning_module.model, test.images[:40], 40, 4, example_index=None)
+    again = analyse(
+        fitted_run.trainer.lightning_module.model,
+        test.images[:40],
+        40,
+        4,
+        example_index=None,
+        stats=fitted_run.datamodule.stats,
+    )
     got = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
     assert torch.allclose(got[..., 0], again.heads["distance_px"], atol=1e-4)
     assert torch.allclose(got[..., 1], again.heads["entropy_nats"], atol=1e-4)

@@ -19,7 +19,7 @@ from vitladder.analysis.metrics import HeadMetric
 from vitladder.analysis.outputs import analysis_summary_for_done, layer_rows, layers_columns, read_csv, write_csv
 from vitladder.analysis.summary import analyse
 from vitladder.analysis.wandb_log import log_analysis
-from vitladder.data.augment import normalize
+from vitladder.data.augment import CIFAR10_STATS, normalize
 from vitladder.data.datamodule import Split
 from vitladder.model import ViTConfig, build_vit
 from vitladder.report.ladder_report import build_report, collect
@@ -75,7 +75,9 @@ class FakeRun:
 def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Path, toy: HeadMetric) -> None:
     model = tiny_vit()
     val, test = some_images(6, 1), some_images(5, 2)
-    datamodule = SimpleNamespace(val=Split(val, torch.arange(6)), test=Split(test, torch.arange(5)), classes=None)
+    datamodule = SimpleNamespace(
+        val=Split(val, torch.arange(6)), test=Split(test, torch.arange(5)), classes=None, stats=CIFAR10_STATS
+    )
     trainer = SimpleNamespace(datamodule=datamodule, current_epoch=0, is_global_zero=True, loggers=[])
     logged: dict = {}
     module = SimpleNamespace(model=model, log=lambda key, value, **_: logged.update({key: value}))
@@ -87,6 +89,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
         batch_size=4,
         track_every_n_epochs=1,
         track_images=6,
+        data=datamodule,
     )
 
     callback.on_train_epoch_end(trainer, module)  # tracking: epoch 1

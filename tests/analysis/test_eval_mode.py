@@ -22,6 +22,7 @@ from vitladder.analysis.checkpoint import test_split as run_test_split  # not co
 from vitladder.analysis.outputs import read_csv
 from vitladder.analysis.summary import AttentionSummary, analyse
 from vitladder.config import compose_rung
+from vitladder.data.augment import CIFAR10_STATS
 from vitladder.data.datamodule import Split
 from vitladder.demo.export import attention_payload
 from vitladder.model import ViTConfig, build_vit
@@ -113,13 +114,14 @@ def stub_trainer(epoch: int = 0) -> SimpleNamespace:
     """A trainer as far as the callback reads it, with a validation and a test split of distinct images."""
     val = Split(some_images(12, 2), torch.arange(12) % 10)
     test = Split(some_images(10, 3), torch.arange(10) % 10)
-    datamodule = SimpleNamespace(val=val, test=test, classes=tuple(f"c{k}" for k in range(10)))
+    datamodule = SimpleNamespace(val=val, test=test, classes=tuple(f"c{k}" for k in range(10)), stats=CIFAR10_STATS)
     return SimpleNamespace(datamodule=datamodule, current_epoch=epoch, is_global_zero=True, loggers=[])
 
 
-def make_callback(out_dir: Path) -> AttentionAnalysis:
+def make_callback(out_dir: Path, data: SimpleNamespace) -> AttentionAnalysis:
     return AttentionAnalysis(
         out_dir,
+        data=data,
         rung="stochastic_depth",
         patch_px=PATCH,
         num_images=7,
@@ -136,7 +138,7 @@ def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images
     histories = []
     for attempt in range(2):
         module = LightningLike(stochastic_vit())
-        callback = make_callback(tmp_path / f"a{attempt}")
+        callback = make_callback(tmp_path / f"a{attempt}", trainer.datamodule)
         callback.on_train_epoch_end(trainer, module)
         assert module.model.training and module.training  # Lightning's train mode is left as it was
         rows = [r for r in callback.history if r["epoch"] == 3]
@@ -153,7 +155,7 @@ def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images
     test = trainer.datamodule.test
     reference = eval_reference(test.images[:7], batch_size=4, labels=test.labels[:7], example_index=3)
     module = LightningLike(stochastic_vit())
-    callback = make_callback(tmp_path)
+    callback = make_callback(tmp_path, trainer.datamodule)
     callback.on_fit_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
     assert module.model.training
     assert callback.summary.num_images == 7 and (tmp_path / "heads.csv").is_file()

@@ -10,6 +10,7 @@ import torch
 from vitladder.analysis import summary as summary_module
 from vitladder.analysis.metrics import attention_entropy, attention_rollout, cls_share, mean_attention_distance
 from vitladder.analysis.summary import analyse
+from vitladder.data.augment import CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 
 
@@ -72,5 +73,5 @@ def test_a_bf16_model_is_analysed_in_its_own_dtype() -> None:
 
 def test_the_images_go_to_the_models_device_and_dtype() -> None:
     model = tiny_vit().to(device="meta", dtype=torch.bfloat16)
-    inputs = summary_module._inputs(model, images(2))  # what every forward pass of the analysis sees
+    inputs = summary_module._inputs(model, images(2), CIFAR10_STATS)  # what every forward pass of the analysis sees
     assert inputs.device.type == "meta" and inputs.dtype == torch.bfloat16 and inputs.shape == (2, 3, 32, 32)

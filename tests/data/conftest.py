@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vitladder.data.sources import ImageSplits, load_image_folder
+from vitladder.data.sources import ImageSplits
+from vitladder.data.sources.imagefolder import load_image_folder
 
 
 @pytest.fixture(scope="session")

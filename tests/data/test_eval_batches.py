@@ -47,7 +47,9 @@ def test_validation_and_test_batches_are_never_augmented(rung: str, tmp_path) ->
             loader.set_epoch(epoch)
             images, labels = concat(loader)
             assert torch.equal(labels, split.labels)  # every image once, in order, the last batch kept
-            assert torch.equal(images, normalize(split.images)), "augmentation reached an evaluation batch"
+            assert torch.equal(images, normalize(split.images, dm.stats.mean, dm.stats.std)), (
+                "augmentation reached an evaluation batch"
+            )
 
 
 @pytest.mark.parametrize(
@@ -66,6 +68,6 @@ def test_training_batches_are_augmented_only_when_the_config_asks(rung, override
     images, labels = concat(loader)
     order = loader.indices(0)[: len(labels)]
     assert torch.equal(labels, dm.train.labels[order])
-    plain = normalize(dm.train.images[order])
+    plain = normalize(dm.train.images[order], dm.stats.mean, dm.stats.std)
     assert torch.equal(images, plain) is not augmented
     assert len(labels) == len(dm.train.labels) // 16 * 16  # even, full batches for MixUp

@@ -20,8 +20,10 @@ import pytest
 import torch
 from PIL import Image
 
-from vitladder.data import sources, trees
-from vitladder.data.sources import ImageSplits, load_image_folder
+from vitladder.data import trees
+from vitladder.data.sources import ImageSplits
+from vitladder.data.sources import imagefolder as sources
+from vitladder.data.sources.imagefolder import load_image_folder
 from vitladder.data.trees import FolderTree, Limits, stream_members, walk
 from vitladder.errors import DataError
 

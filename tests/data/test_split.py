@@ -16,7 +16,8 @@ from PIL import Image
 
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
 from vitladder.config import compose_rung
-from vitladder.data.datamodule import ImageDataModule, Split, load_source, split_train_val_test
+from vitladder.data import sources
+from vitladder.data.datamodule import ImageDataModule, Split, split_train_val_test
 from vitladder.errors import DataError
 
 
@@ -181,7 +182,7 @@ def test_training_and_re_analysis_see_the_same_seeded_test_images(cfg_name: str,
     """The datamodule (training, the analysis callback) and test_split (analyze.py, the demo) hold the
     same test images in the same order: the first data.test_subset of the split_seed's permutation."""
     cfg = request.getfixturevalue(cfg_name)
-    source = load_source(cfg.data)
+    source = sources.load(cfg.data)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.setup()
     images, labels, classes = run_test_split(cfg)

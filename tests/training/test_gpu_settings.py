@@ -6,11 +6,10 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from run_helpers import fit
+from run_helpers import fit, module_for, set_up_data
 from torch._dynamo.utils import counters
 
 from vitladder.analysis.callback import AttentionAnalysis
-from vitladder.data.datamodule import ImageDataModule
 from vitladder.run_folder import RunPaths
 from vitladder.training import module as module_module
 from vitladder.training.run import build_module, build_trainer
@@ -20,7 +19,7 @@ def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, monkeypatch):
     # As on CUDA; fused AdamW also runs on the CPU, so the path from the module through timm's factory is real.
     monkeypatch.setattr(module_module, "optimizer_kwargs", lambda device: {"fused": True})
     cfg = tiny_cfg("patch4")
-    trainer = fit(cfg, build_module(cfg, num_classes=10), fast_dev_run=1)
+    trainer = fit(cfg, module_for(cfg), fast_dev_run=1)
     optimizer = trainer.optimizers[0]
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
     assert [group["weight_decay"] for group in optimizer.param_groups] == [0.0, cfg.optim.weight_decay]
@@ -63,8 +62,8 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
         track_images=16,
     )
     graphs = GraphCount()
-    module = build_module(cfg, num_classes=10)
-    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule = set_up_data(cfg)
+    module, tracking.data = build_module(cfg, datamodule), datamodule
     trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[tracking, graphs])
     trainer.fit(module, datamodule=datamodule)
     trainer.test(module, datamodule=datamodule, verbose=False)

@@ -5,17 +5,16 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from run_helpers import fit
+from run_helpers import fit, module_for
 
 from vitladder.config import rung_names
 from vitladder.training.module import TrainingDiverged, optimizer_kwargs, use_tensor_cores
-from vitladder.training.run import build_module
 
 
 @pytest.mark.parametrize("rung", rung_names())
 def test_one_training_step_of_every_rung(tiny_cfg, rung):
     cfg = tiny_cfg(rung)
-    module = build_module(cfg, num_classes=10)
+    module = module_for(cfg)
     assert module.model.patch_embed.patch_size == (cfg.model.patch_size,) * 2
     assert (module.mixup is not None) == (cfg.mixup.mixup_alpha > 0)
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
@@ -28,7 +27,7 @@ def test_one_training_step_of_every_rung(tiny_cfg, rung):
 
 
 def test_drop_path_rises_over_the_blocks(tiny_cfg):
-    module = build_module(tiny_cfg("stochastic_depth"), num_classes=10)
+    module = module_for(tiny_cfg("stochastic_depth"))
     rates = [block.drop_path1.drop_prob for block in module.model.blocks[1:]]
     assert rates == sorted(rates) and rates[-1] == pytest.approx(0.1)
 
@@ -49,7 +48,7 @@ def test_learning_rate_warms_up_then_decays_by_cosine(tiny_cfg, rung):
     recorder = RecordLR()
     fit(
         cfg,
-        build_module(cfg, num_classes=10),
+        module_for(cfg),
         max_epochs=4,
         limit_train_batches=5,
         limit_val_batches=0,
@@ -69,7 +68,7 @@ def test_learning_rate_warms_up_then_decays_by_cosine(tiny_cfg, rung):
 
 def test_nan_loss_stops_with_a_clear_message(tiny_cfg):
     cfg = tiny_cfg("patch8", "optim.lr=1e30")
-    module = build_module(cfg, num_classes=10)
+    module = module_for(cfg)
     with pytest.raises(TrainingDiverged, match=r"epoch 0.*lower optim.lr"):
         fit(cfg, module, max_epochs=2, limit_val_batches=0)
 
@@ -86,7 +85,7 @@ class RecordBatches(L.Callback):
 def test_each_epoch_trains_on_its_own_order_of_the_data(tiny_cfg):
     cfg = tiny_cfg("patch8")
     recorder = RecordBatches()
-    module = build_module(cfg, num_classes=10)
+    module = module_for(cfg)
     trainer = fit(cfg, module, max_epochs=3, limit_train_batches=1, limit_val_batches=0, callbacks=[recorder])
     batches = trainer.datamodule.train_dataloader()
     for epoch in range(3):
@@ -98,7 +97,7 @@ def test_each_epoch_trains_on_its_own_order_of_the_data(tiny_cfg):
 def test_train_acc_under_mixup_scores_the_dominant_class_of_the_mixed_target(tiny_cfg):
     import torch.nn.functional as F
 
-    module = build_module(tiny_cfg("mixup_cutmix"), num_classes=10)
+    module = module_for(tiny_cfg("mixup_cutmix"))
     labels = torch.arange(8)  # (B,) the classes of the images before mixing
     dominant = (labels + 3) % 10  # each blend is mostly another image: its mixed target's top class
     soft = 0.35 * F.one_hot(labels, 10) + 0.65 * F.one_hot(dominant, 10)  # (B, 10)
@@ -107,7 +106,7 @@ def test_train_acc_under_mixup_scores_the_dominant_class_of_the_mixed_target(tin
     module.training_step((torch.zeros(8, 3, 32, 32), labels), 0)
     assert module.train_acc.compute() == 1.0
 
-    module = build_module(tiny_cfg("label_smoothing"), num_classes=10)  # no mixing: the true labels
+    module = module_for(tiny_cfg("label_smoothing"))  # no mixing: the true labels
     module.forward = lambda images: 5.0 * F.one_hot(dominant, 10).float()
     module.training_step((torch.zeros(8, 3, 32, 32), labels), 0)
     assert module.train_acc.compute() == 0.0

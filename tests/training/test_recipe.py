@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Timer
 from omegaconf import OmegaConf
+from run_helpers import module_for, set_up_data
 from torch import nn
 
 from vitladder.config import auto_precision, compose_rung, rung_names, scaled_epochs
@@ -52,7 +53,7 @@ def test_the_smoke_profile_trains_each_rung_with_the_full_recipes_loss(rung: str
 @pytest.mark.parametrize("rung", rung_names())
 def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: str, monkeypatch) -> None:
     eps, mixed = recipe(rung)
-    module = build_module(tiny_cfg(rung, "model.depth=1"), num_classes=K).eval()  # eval: a forward to recompute
+    module = module_for(tiny_cfg(rung, "model.depth=1")).eval()  # eval: a forward to recompute
     images = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     labels = torch.arange(16) % K  # every row's partner under the batch flip has another class
     seen = []
@@ -90,7 +91,7 @@ def test_label_smoothing_reaches_the_training_loss_exactly_once(tiny_cfg, rung: 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no trainer: logging is skipped
 def test_validation_and_test_loss_are_plain_cross_entropy_over_every_image(tiny_cfg, monkeypatch) -> None:
-    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1"), num_classes=K).eval()
+    module = module_for(tiny_cfg("stochastic_depth", "model.depth=1")).eval()
     monkeypatch.setattr(module, "mixup", lambda *a: pytest.fail("MixUp reached an evaluation batch"))
     generator = torch.Generator().manual_seed(1)
     images, labels = torch.randn(8, 3, 32, 32, generator=generator), torch.randint(0, K, (8,), generator=generator)
@@ -114,9 +115,12 @@ def test_either_alpha_turns_mixing_on(mixup_alpha: float, cutmix_alpha: float) -
 def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny_cfg) -> None:
     # last.ckpt's hyper_parameters rebuild the ViT when a Lightning checkpoint is analysed
     cfg = tiny_cfg("mixup_cutmix")
-    module = build_module(cfg, num_classes=K)
+    data = set_up_data(cfg)
+    module = build_module(cfg, data)
     assert dict(module.hparams) == {
-        "model": {**OmegaConf.to_container(cfg.model), "num_classes": K},
+        "model": {**OmegaConf.to_container(cfg.model), "num_classes": K, "img_size": 32},
+        "steps_per_epoch": data.steps_per_epoch,
+        "normalization": data.stats.to_dict(),  # the training split's, for the analysis of the checkpoint
         "optim": OmegaConf.to_container(cfg.optim),
         "label_smoothing": 0.1,
         "mixup": OmegaConf.to_container(cfg.mixup),
@@ -128,7 +132,7 @@ def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny
 
 
 def test_a_nan_loss_stops_the_epoch_with_what_to_do(tiny_cfg) -> None:
-    module = build_module(tiny_cfg("patch8", "model.depth=1"), num_classes=K)
+    module = module_for(tiny_cfg("patch8", "model.depth=1"))
     module.train_loss.update(torch.tensor([1.0, float("nan")]))
     with pytest.raises(
         TrainingDiverged,
@@ -139,11 +143,10 @@ def test_a_nan_loss_stops_the_epoch_with_what_to_do(tiny_cfg) -> None:
 
 
 def attach_trainer(module: RecipeModule, batches: int = 10, limit: int | float = 1.0, accumulate: int = 1):
-    """The few trainer attributes configure_optimizers and the schedule read (no training)."""
-    datamodule = SimpleNamespace(train_dataloader=lambda: range(batches))  # len(): batches an epoch
-    module.trainer = SimpleNamespace(
-        datamodule=datamodule, limit_train_batches=limit, accumulate_grad_batches=accumulate, global_step=0
-    )
+    """``batches`` an epoch (what the data give build_module), and the few trainer attributes
+    configure_optimizers and the schedule read (no training)."""
+    module.hparams.steps_per_epoch = batches
+    module.trainer = SimpleNamespace(limit_train_batches=limit, accumulate_grad_batches=accumulate, global_step=0)
     return module.trainer
 
 
@@ -160,7 +163,7 @@ def no_decay_names(model: nn.Module) -> set[str]:
 
 def test_weight_decay_skips_biases_norms_cls_token_and_position_embeddings(tiny_cfg) -> None:
     cfg = tiny_cfg("patch4")
-    module = build_module(cfg, num_classes=K)
+    module = module_for(cfg)
     attach_trainer(module)
     optimizer = module.configure_optimizers()["optimizer"]
     assert type(optimizer) is torch.optim.AdamW
@@ -195,6 +198,7 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
         mixup={"mixup_alpha": 0.0, "cutmix_alpha": 0.0, "prob": 1.0, "switch_prob": 0.5},
         max_epochs=4,
         warmup_epochs=warmup_epochs,
+        steps_per_epoch=10,
     )
     trainer = attach_trainer(module, batches=10)  # 10 steps an epoch, 40 in all
     configured = module.configure_optimizers()
@@ -221,7 +225,7 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
     ],
 )
 def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, steps) -> None:
-    module = build_module(compose_rung("patch8", ["profile=smoke", "model.depth=1"]), num_classes=K)
+    module = module_for(compose_rung("patch8", ["profile=smoke", "model.depth=1"]))
     attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)
     assert module._steps_per_epoch() == steps
 
@@ -229,7 +233,7 @@ def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, 
 def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:
     # No RNG state in the checkpoint: an epoch's MixUp/CutMix and drop-path draws are a function of
     # (seed, rank, epoch), so a run resumed at an epoch boundary draws what an uninterrupted one draws.
-    module = build_module(tiny_cfg("stochastic_depth", "model.depth=1", "seed=3"), num_classes=K)
+    module = module_for(tiny_cfg("stochastic_depth", "model.depth=1", "seed=3"))
     module.trainer = SimpleNamespace(global_rank=1, current_epoch=4)  # what the hook reads of its trainer
 
     def draws() -> tuple:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,7 +90,8 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
         "analysis/layer0/cls_share",
     ):
         assert key in text, key
-    assert f"{summary['test_acc']:.4f}"[:5] in text  # the value itself, not only the key
+    logged = [float(value) for value in re.findall(r'"test/acc": ([-+.0-9eE]+)', text)]  # the value, not only the key
+    assert logged and all(value == pytest.approx(summary["test_acc"], abs=1e-6) for value in logged)
 
 
 class DeterministicOff:

@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from run_helpers import fit, run_splits, saved_model
+from run_helpers import fit, module_for, run_splits, saved_model, set_up_data
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
@@ -27,7 +27,7 @@ from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
-from vitladder.training.run import build_module, train_rung
+from vitladder.training.run import train_rung
 
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
 SUBPROCESS_DATA = [
@@ -103,10 +103,11 @@ def test_training_runs_fused_attention_also_after_attention_tracking(tiny_cfg, t
         batch_size=16,
         track_every_n_epochs=1,
         track_images=16,
+        data=set_up_data(cfg),
     )
     fit(
         cfg,
-        build_module(cfg, num_classes=10),
+        module_for(cfg),
         callbacks=[tracking, probe],
         max_epochs=2,
         limit_train_batches=3,
@@ -187,7 +188,7 @@ def count_syncs(monkeypatch, cfg, module, epochs: int, steps: int) -> tuple[coll
 @pytest.mark.parametrize("rung", ["patch4", "stochastic_depth"])  # stochastic_depth: MixUp/CutMix, smoothing, drop path
 def test_training_steps_make_no_host_syncs(tiny_cfg, monkeypatch, rung):
     cfg = tiny_cfg(rung, "profile.epoch_scale=0.02")
-    step_counts, epoch_counts = count_syncs(monkeypatch, cfg, build_module(cfg, num_classes=10), epochs=2, steps=4)
+    step_counts, epoch_counts = count_syncs(monkeypatch, cfg, module_for(cfg), epochs=2, steps=4)
     assert step_counts == {}, f"host syncs in training_step: {dict(step_counts)}"
     # The divergence check reads the epoch's loss: one .item() per epoch, nothing else.
     assert set(epoch_counts) <= {"item"} and epoch_counts["item"] <= 2, dict(epoch_counts)  # 2 epochs
@@ -195,7 +196,7 @@ def test_training_steps_make_no_host_syncs(tiny_cfg, monkeypatch, rung):
 
 def test_the_sync_counter_catches_a_sync(tiny_cfg, monkeypatch):
     cfg = tiny_cfg("patch4")
-    module = build_module(cfg, num_classes=10)
+    module = module_for(cfg)
     step = module.training_step
 
     def syncing_step(batch, batch_idx):

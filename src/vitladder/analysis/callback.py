@@ -28,6 +28,7 @@ from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import tracking_row, write_analysis
 from vitladder.analysis.summary import AttentionSummary, analyse
 from vitladder.analysis.wandb_log import log_analysis
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.training.axes import EPOCH
 
 __all__ = ["AttentionAnalysis", "track_key"]
@@ -56,8 +57,10 @@ class AttentionAnalysis(L.Callback):
         track_images: int = 64,
         enabled: bool = True,
         seed: int = 0,
+        data: ImageDataModule | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self.data = data  # the run's set-up datamodule: its validation and test images, classes and statistics
         self.rung = rung
         self.patch_px = int(patch_px)
         self.num_images = int(num_images)
@@ -74,7 +77,13 @@ class AttentionAnalysis(L.Callback):
 
     @classmethod
     def from_config(
-        cls, analysis_cfg: Mapping[str, Any], out_dir: Path, rung: str, patch_px: int, seed: int = 0
+        cls,
+        analysis_cfg: Mapping[str, Any],
+        out_dir: Path,
+        rung: str,
+        patch_px: int,
+        seed: int = 0,
+        data: ImageDataModule | None = None,
     ) -> AttentionAnalysis:
         """From the ``analysis:`` block of the Hydra config."""
         keys = ("num_images", "batch_size", "example_image", "track_every_n_epochs", "track_images", "enabled")
@@ -83,6 +92,7 @@ class AttentionAnalysis(L.Callback):
             rung=rung,
             patch_px=patch_px,
             seed=seed,
+            data=data,
             **{k: analysis_cfg[k] for k in keys if k in analysis_cfg},
         )
 
@@ -99,8 +109,10 @@ class AttentionAnalysis(L.Callback):
 
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
         """Measures the tracking batch, keeps the rows in the history; returns {track key: value}."""
-        images = trainer.datamodule.val.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
-        summary = analyse(_network(pl_module), images, self.batch_size, self.patch_px, example_index=None)
+        images = self.data.val.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
+        summary = analyse(
+            _network(pl_module), images, self.batch_size, self.patch_px, example_index=None, stats=self.data.stats
+        )
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its rows
         layers = summary.layers
         values = {m.name: layers[m.name].tolist() for m in declared("figures")}  # name -> one value per layer
@@ -130,7 +142,7 @@ class AttentionAnalysis(L.Callback):
         if not self.enabled or not trainer.is_global_zero:
             return
         started = time.perf_counter()
-        test = trainer.datamodule.test
+        test = self.data.test
         n = min(self.num_images, len(test.images))
         self.summary = analyse(
             _network(pl_module),
@@ -139,9 +151,9 @@ class AttentionAnalysis(L.Callback):
             self.patch_px,
             labels=test.labels[:n],
             example_index=min(self.example_image, n - 1),
+            stats=self.data.stats,
         )
-        classes = getattr(trainer.datamodule, "classes", None)
-        self.files = write_analysis(self.summary, self.out_dir, self.rung, classes, self.history)
+        self.files = write_analysis(self.summary, self.out_dir, self.rung, self.data.classes, self.history)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 log_analysis(logger.experiment, self.summary, self.files, self.rung, self.seed)

@@ -16,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from vitladder.analysis.outputs import tracking_row
+from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.stats import ChannelStats
 from vitladder.errors import CheckpointError, UserError
 from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
 from vitladder.run_folder import MODEL_FORMAT, RunPaths, checkpoint_of, run_folder_of
@@ -36,6 +38,9 @@ class LoadedModel:
     ladder: str | None = None
     classes: tuple[str, ...] | None = None
     history: list[dict] = field(default_factory=list)  # the callback's tracking history (Lightning only)
+    # What its inputs are normalised with. A file from before the statistics travelled with the model has
+    # none: every source was then normalised with CIFAR-10's.
+    stats: ChannelStats = CIFAR10_STATS
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -95,6 +100,11 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _stats(value: object) -> ChannelStats:
+    """The normalisation a file records (ValueError if malformed), or CIFAR-10's where it records none."""
+    return CIFAR10_STATS if value is None else ChannelStats.from_dict(value)
+
+
 def _classes(value: object) -> tuple[str, ...] | None:
     if not value:
         return None
@@ -118,11 +128,18 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
                 _text(data.get("rung")),
                 _text(data.get("ladder")),
                 _classes(data.get("classes")),
+                stats=_stats(data.get("normalization")),
             )
             state_dict = _strip(data["state_dict"], "")
         elif "state_dict" in data and "hyper_parameters" in data:
+            hparams = data["hyper_parameters"]
             meta = LoadedModel(
-                ckpt, "lightning", _vit_config(ckpt, data["hyper_parameters"]["model"]), run_dir, history=_history(data)
+                ckpt,
+                "lightning",
+                _vit_config(ckpt, hparams["model"]),
+                run_dir,
+                history=_history(data),
+                stats=_stats(hparams.get("normalization")),
             )
             state_dict = _strip(data["state_dict"], "model.")
         else:
@@ -154,10 +171,11 @@ def load_run_config(meta: LoadedModel, overrides: Sequence[str] = ()) -> DictCon
 
 def test_split(cfg: DictConfig) -> tuple[Tensor, Tensor, tuple[str, ...]]:
     """The run's test split, in the same order as in training: (images uint8, labels, classes)."""
-    from vitladder.data.datamodule import load_source, split_train_val_test
+    from vitladder.data import sources
+    from vitladder.data.datamodule import split_train_val_test
 
     data = cfg.data
-    splits = load_source(data)
+    splits = sources.load(data)
     _, _, test = split_train_val_test(
         splits,
         val_size=int(data.val_size),

@@ -24,7 +24,8 @@ from vitladder.analysis.metrics import (
     grid_from_tokens,
     mean_attention_distance,
 )
-from vitladder.data.augment import normalize
+from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.stats import ChannelStats
 
 __all__ = [
     "AttentionSummary",
@@ -120,15 +121,18 @@ class AttentionSummary:
         return next(iter(self.heads.values())).shape[1]
 
 
-def _inputs(model: nn.Module, images_u8: Tensor) -> Tensor:
+def _inputs(model: nn.Module, images_u8: Tensor, stats: ChannelStats) -> Tensor:
     """Normalised float images on the model's device, in its parameters' dtype (bf16-true models too)."""
     param = next(model.parameters())
-    return normalize(images_u8.to(param.device, non_blocking=True)).to(param.dtype)  # (B, 3, H, W)
+    images = images_u8.to(param.device, non_blocking=True)
+    return normalize(images, stats.mean, stats.std).to(param.dtype)  # (B, 3, H, W)
 
 
-def _example(model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int) -> ExampleAttention:
+def _example(
+    model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int, stats: ChannelStats
+) -> ExampleAttention:
     image = images_u8[index : index + 1]  # (1, 3, H, W)
-    logits, maps = capture_attention(model, _inputs(model, image))  # maps: [(1, H, T, T)] * L
+    logits, maps = capture_attention(model, _inputs(model, image, stats))  # maps: [(1, H, T, T)] * L
     rollouts = torch.cat([attention_rollout(maps[: layer + 1]) for layer in range(len(maps))])  # (L, N)
     return ExampleAttention(
         index=index,
@@ -148,8 +152,10 @@ def analyse(
     patch_px: int,
     labels: Tensor | None = None,
     example_index: int | None = 0,
+    stats: ChannelStats = CIFAR10_STATS,
 ) -> AttentionSummary:
-    """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8 (normalised here).
+    """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8, normalised here with the
+    statistics the model was trained with (``stats``).
 
     The model's train/eval mode is restored; a compiled model runs eagerly. ``example_index``
     (None: no example) picks the image whose CLS maps and rollout are kept.
@@ -171,13 +177,13 @@ def analyse(
     # leaves decorated functions alone, and `make mutation` must reach this one.)
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(images_u8), batch_size):
-            batch = _inputs(model, images_u8[start : start + batch_size])  # (B, 3, H, W)
+            batch = _inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
             _, per_layer = capture_attention(model, batch, reduce=reduce)
             sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
             total = sums if total is None else total + sums
         example = None
         if example_index is not None:
-            example = _example(model, images_u8, labels, example_index)
+            example = _example(model, images_u8, labels, example_index, stats)
     assert total is not None
     mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = grid_from_tokens(num_tokens)

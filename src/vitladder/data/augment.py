@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
+
+# What every model was normalised with before the statistics travelled with it (see data/stats.py).
+CIFAR10_MEAN, CIFAR10_STD = CIFAR10_STATS.mean, CIFAR10_STATS.std
 
 
 def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:

@@ -1,33 +1,18 @@
-"""The LightningDataModule: loads a source once, splits it, and keeps it on the training device."""
+"""The LightningDataModule: loads a source once per process, splits it, and keeps it on the training device."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from vitladder.data import sources
 from vitladder.data.device_batches import DeviceBatches
-from vitladder.data.sources import DEFAULT_MAX_FILE_MIB, ImageSplits, load_cifar10, load_image_folder, make_synthetic
+from vitladder.data.sources import ImageSplits
+from vitladder.data.stats import ChannelStats, channel_stats
 from vitladder.errors import DataError, UserError
-
-
-def load_source(data_cfg: DictConfig) -> ImageSplits:
-    """The images of `data=<source>`, on the CPU as uint8."""
-    source = data_cfg.source
-    if source == "cifar10":
-        return load_cifar10(Path(data_cfg.root), download=True)
-    if source == "imagefolder":
-        return load_image_folder(
-            Path(data_cfg.root),
-            cache_dir=Path(data_cfg.cache_dir),
-            max_file_mib=data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB),
-        )
-    if source == "synthetic":
-        return make_synthetic(int(data_cfg.num_train), int(data_cfg.num_test), seed=int(data_cfg.get("seed", 0)))
-    raise DataError(f"unknown data source '{source}': use data=cifar10, data=imagefolder or data=synthetic")
 
 
 def per_device_batch(batch_size: int, world_size: int) -> int:
@@ -44,7 +29,7 @@ def per_device_batch(batch_size: int, world_size: int) -> int:
 
 @dataclass(frozen=True)
 class Split:
-    images: torch.Tensor  # (N, 3, 32, 32) uint8
+    images: torch.Tensor  # (N, 3, S, S) uint8
     labels: torch.Tensor  # (N,) int64
 
 
@@ -83,7 +68,8 @@ class ImageDataModule(L.LightningDataModule):
     """Train / validation / test splits held as uint8 tensors on the training device.
 
     Batches come from `DeviceBatches` (crop, flip and normalisation as batched tensor ops), so no
-    DataLoader workers are needed and the GPU never waits on Python for data.
+    DataLoader workers are needed and the GPU never waits on Python for data. After `setup`: `classes`,
+    `num_classes`, `image_size`, `stats` (the source's, else the training split's) and `steps_per_epoch`.
     """
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
@@ -91,23 +77,36 @@ class ImageDataModule(L.LightningDataModule):
         self.cfg = data_cfg
         self.seed = seed
         self.classes: tuple[str, ...] = ()
+        self.image_size = 0
+        self.stats: ChannelStats | None = None
         self.train: Split | None = None
         self.val: Split | None = None
         self.test: Split | None = None
 
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch: whole global batches of the training split (drop_last), on any
+        number of devices (``data.batch_size`` is the global batch)."""
+        return len(self.train.labels) // int(self.cfg.batch_size)
+
     def prepare_data(self) -> None:
-        # Downloads (CIFAR-10) or decodes and caches (image folders) once, on one process.
-        load_source(self.cfg)
+        # Downloads (CIFAR-10) or decodes and caches (image folders) on one process per machine; the process
+        # keeps what it loaded, so its setup does not load again.
+        sources.load(self.cfg)
 
     def setup(self, stage: str | None = None) -> None:
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-        if self.train is not None:  # set up before the trainer existed (run.py reads the classes first): move
-            self.train, self.val, self.test = (
-                Split(s.images.to(device), s.labels.to(device)) for s in (self.train, self.val, self.test)
-            )
-            return
-        splits = load_source(self.cfg)
-        self.classes = splits.classes
+        if self.train is None:  # the first call: run.py sets up before the trainer exists, to fail early
+            self._split(sources.load(self.cfg))
+        self.train, self.val, self.test = (
+            Split(s.images.to(device), s.labels.to(device)) for s in (self.train, self.val, self.test)
+        )
+
+    def _split(self, splits: ImageSplits) -> None:
         train, val, test = split_train_val_test(
             splits,
             val_size=int(self.cfg.val_size),
@@ -120,12 +119,9 @@ class ImageDataModule(L.LightningDataModule):
                 f"data.batch_size={int(self.cfg.batch_size)} is larger than the training split "
                 f"({len(train.labels)} images): lower data.batch_size"
             )
-        self.train, self.val, self.test = (Split(s.images.to(device), s.labels.to(device)) for s in (train, val, test))
-
-    def _epochs_done(self) -> int:
-        # Batches are a pure function of (seed, epoch). Epochs processed, not `current_epoch`: Lightning
-        # starts a resumed run's iterator before it updates `current_epoch` from the checkpoint.
-        return self.trainer.fit_loop.epoch_progress.current.processed if self.trainer is not None else 0
+        self.classes, self.image_size = splits.classes, splits.image_size
+        self.stats = splits.stats or channel_stats(train.images)  # the images that train
+        self.train, self.val, self.test = train, val, test
 
     def _rank(self) -> tuple[int, int]:
         if self.trainer is None:
@@ -146,7 +142,7 @@ class ImageDataModule(L.LightningDataModule):
             drop_last=train,  # MixUp needs even, equal batches
             rank=rank,
             world_size=world_size,
-            epoch_source=self._epochs_done if train else None,
+            stats=self.stats,
         )
 
     def train_dataloader(self) -> DeviceBatches:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
-from vitladder.data.augment import normalize, random_crop, random_flip
+from vitladder.data.augment import CIFAR10_STATS, normalize, random_crop, random_flip
+from vitladder.data.stats import ChannelStats
 
 
 def stream_seed(*parts: object) -> int:
@@ -30,8 +31,8 @@ class DeviceBatches:
     """Iterates a dataset held as one uint8 tensor on the training device, batch by batch.
 
     Yields ``(images, labels)``: (B, 3, H, W) float32 normalised and (B,) int64 on the images'
-    device. ``augment`` turns on a random crop (``crop_padding`` 0: none) and, if ``flip``, a random
-    horizontal flip.
+    device, normalised with ``stats``. ``augment`` turns on a random crop (``crop_padding`` 0: none) and, if
+    ``flip``, a random horizontal flip.
 
     With several ranks, every rank draws the same permutation and keeps ``perm[rank::world_size]``.
     Training (``drop_last=True``) cuts the permutation to a multiple of ``world_size`` and drops a rank's
@@ -41,8 +42,10 @@ class DeviceBatches:
     That is safe because an evaluation step makes no collective call (the model has no buffers to
     broadcast); metrics are synchronised once, at the end of the epoch.
 
-    ``iter()`` yields the epoch that ``epoch_source()`` returns at that moment (the datamodule passes
-    the trainer's epoch, also right after a resume), or else the one last given to :meth:`set_epoch`.
+    An iteration yields the epoch last given to :meth:`set_epoch`, read at its first batch. Lightning calls
+    ``loader.sampler.set_epoch(epoch)`` at the start of every training epoch (``sampler`` is this object), on
+    a resumed run too; it creates a resumed run's iterator before that call, which is why the epoch is read
+    lazily, at the first batch.
     """
 
     def __init__(
@@ -59,7 +62,7 @@ class DeviceBatches:
         drop_last: bool = False,
         rank: int = 0,
         world_size: int = 1,
-        epoch_source: Callable[[], int] | None = None,
+        stats: ChannelStats = CIFAR10_STATS,
     ) -> None:
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"images must be (N, C, H, W) uint8, got {tuple(images.shape)} {images.dtype}")
@@ -79,7 +82,7 @@ class DeviceBatches:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self.epoch_source = epoch_source
+        self.stats = stats
 
         n = images.shape[0]
         # drop_last: the same count on every rank; otherwise this rank's share of range(rank, n, world_size).
@@ -89,8 +92,16 @@ class DeviceBatches:
         )
 
     def set_epoch(self, epoch: int) -> None:
-        """The next ``iter()`` yields epoch ``epoch``'s order and augmentation."""
+        """The next iteration (from its first batch on) yields epoch ``epoch``'s order and augmentation."""
         self.epoch = epoch
+
+    @property
+    def sampler(self) -> DeviceBatches:
+        """Where Lightning's set_epoch protocol looks (lightning.fabric.utilities.data._set_sampler_epoch): this
+        object decides the order, so it is its own sampler (and has no separate batch sampler)."""
+        return self
+
+    batch_sampler = None
 
     def __len__(self) -> int:
         return self.num_batches
@@ -108,7 +119,8 @@ class DeviceBatches:
         return order[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        return self._batches(self.epoch_source() if self.epoch_source is not None else self.epoch)
+        # A generator: self.epoch is read at the first batch, after Lightning's set_epoch.
+        yield from self._batches(self.epoch)
 
     def _batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         indices = self.indices(epoch)
@@ -123,4 +135,4 @@ class DeviceBatches:
                 images = random_crop(images, self.crop_padding, generator)  # padding 0: unchanged
                 if self.flip:
                     images = random_flip(images, generator)
-            yield normalize(images), self.labels[batch]
+            yield normalize(images, self.stats.mean, self.stats.std), self.labels[batch]

@@ -21,7 +21,8 @@ from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
 from vitladder.analysis.metrics import attention_rollout
 from vitladder.atomic import write_text
-from vitladder.data.augment import normalize
+from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.stats import ChannelStats
 from vitladder.demo.pack import (
     DATA_FORMAT,
     colormap_lut,
@@ -47,22 +48,25 @@ def default_out_dir(meta: LoadedModel) -> Path:
 
 
 @torch.no_grad()
-def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor) -> list[dict]:
+def attention_payload(
+    model: torch.nn.Module, images_u8: Tensor, labels: Tensor, stats: ChannelStats = CIFAR10_STATS
+) -> list[dict]:
     """Per image: pixels, label, prediction and quantised attention of every layer and head.
 
     ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query
     token (0 = CLS, 1.. = patches), the attention to the N patch keys, each row scaled to its
     maximum (``scale``, float32 ``(L, H + 1, T)``). ``cls`` is the attention to the CLS key,
-    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches.
+    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches. The images are
+    normalised with ``stats``, those the model was trained with.
     """
-    logits, maps = capture_attention(model, normalize(images_u8))  # (B, C), L x (B, H, T, T)
+    logits, maps = capture_attention(model, normalize(images_u8, stats.mean, stats.std))  # (B, C), L x (B, H, T, T)
     attn = torch.stack(maps, dim=1)  # (B, L, H, T, T)
     attn = torch.cat([attn, attn.mean(dim=2, keepdim=True)], dim=2)  # (B, L, H + 1, T, T)
     codes, scale = quantise_rows(attn[..., 1:])  # (B, L, H + 1, T, N), (B, L, H + 1, T)
     to_cls = torch.round(attn[..., 0].clamp(0, 1) * 255).to(torch.uint8)  # (B, L, H + 1, T)
     rollout_codes, rollout_scale = quantise_rows(attention_rollout(maps))  # (B, N), (B,)
     probs = logits.softmax(dim=-1)  # (B, C)
-    pixels = images_u8.permute(0, 2, 3, 1)  # (B, 32, 32, 3) RGB rows, as ImageData wants them
+    pixels = images_u8.permute(0, 2, 3, 1)  # (B, S, S, 3) RGB rows, as ImageData wants them
     return [
         {
             "label": int(labels[b]),
@@ -122,7 +126,9 @@ def export_demo(
         "images": [
             entry
             for start in range(0, len(images), BATCH)  # batches bound the float maps' memory
-            for entry in attention_payload(model, images[start : start + BATCH], labels[start : start + BATCH])
+            for entry in attention_payload(
+                model, images[start : start + BATCH], labels[start : start + BATCH], meta.stats
+            )
         ],
     }
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(meta)

@@ -32,9 +32,10 @@ from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 
 from vitladder.config import compose_rung
-from vitladder.data.augment import normalize
+from vitladder.data.augment import CIFAR10_STATS, normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
+from vitladder.data.stats import ChannelStats
 from vitladder.devtools.timing import StepClock, time_steps
 from vitladder.model import ViTConfig, build_vit, num_parameters
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
@@ -121,6 +122,11 @@ def _autocast(device: torch.device, precision: str):
     return nullcontext()
 
 
+def _vit_config(cfg: DictConfig, datamodule: ImageDataModule) -> ViTConfig:
+    """The rung's ViT for the data's classes and image size, as build_module makes it."""
+    return ViTConfig(**{**cfg.model, "num_classes": datamodule.num_classes, "img_size": datamodule.image_size})
+
+
 def _train_batches(datamodule: ImageDataModule) -> DeviceBatches:
     batches = datamodule.train_dataloader()
     batches.set_epoch(0)
@@ -143,7 +149,7 @@ class _StepClockCallback(L.Callback):
 
 def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
     """Seconds per steady-state training step of the project's Lightning path."""
-    module = build_module(cfg, num_classes=len(datamodule.classes))
+    module = build_module(cfg, datamodule)
     clock = StepClock(s.warmup, s.steps, torch.device(s.device))
     trainer = L.Trainer(
         accelerator=s.device,
@@ -169,8 +175,7 @@ def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings)
 def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
     """Seconds per steady-state step of a plain PyTorch loop over the same batches."""
     device = torch.device(s.device)
-    config = ViTConfig(**{**cfg.model, "num_classes": len(datamodule.classes)})
-    model = build_vit(config).to(device).train()
+    model = build_vit(_vit_config(cfg, datamodule)).to(device).train()
     if s.compile:
         model.compile()
     use_tensor_cores()
@@ -208,7 +213,12 @@ def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
 
 
 def time_analysis(
-    model: nn.Module, images_u8: Tensor, batch_size: int, patch_px: int, rounds: int
+    model: nn.Module,
+    images_u8: Tensor,
+    batch_size: int,
+    patch_px: int,
+    rounds: int,
+    stats: ChannelStats = CIFAR10_STATS,
 ) -> tuple[float, float]:
     """(median seconds of ``analyse``, median seconds of a plain eval forward pass) over ``images_u8``.
 
@@ -223,10 +233,10 @@ def time_analysis(
     @torch.no_grad()
     def forward(images: Tensor = images_u8) -> None:
         for start in range(0, len(images), batch_size):
-            model(normalize(images[start : start + batch_size]))  # (B, num_classes)
+            model(normalize(images[start : start + batch_size], stats.mean, stats.std))  # (B, num_classes)
 
     def analysis(images: Tensor = images_u8) -> None:
-        analyse(model, images, batch_size, patch_px)
+        analyse(model, images, batch_size, patch_px, stats=stats)
 
     forward(images_u8[:batch_size])  # warm-up on one batch: allocator, kernels, first-call costs
     analysis(images_u8[:batch_size])
@@ -272,10 +282,10 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
             f"bare {s.batch_size / bare[-1]:.1f} img/s, data {1e3 * data[-1]:.2f} ms/batch"
         )
 
-    model = build_vit(ViTConfig(**{**cfg.model, "num_classes": len(datamodule.classes)})).to(device)
-    images = datamodule.test.images[: s.analysis_images]  # (N, 3, 32, 32) uint8 on the device
+    model = build_vit(_vit_config(cfg, datamodule)).to(device)
+    images = datamodule.test.images[: s.analysis_images]  # (N, 3, S, S) uint8 on the device
     analysis_s, forward_s = time_analysis(
-        model, images, s.analysis_batch_size, int(cfg.model.patch_size), s.analysis_rounds
+        model, images, s.analysis_batch_size, int(cfg.model.patch_size), s.analysis_rounds, datamodule.stats
     )
 
     project_step, bare_step, data_batch = (statistics.median(t) for t in (project, bare, data))

@@ -53,10 +53,11 @@ def estimate_run_seconds(cfg: DictConfig, num_train: int, num_val: int, num_test
 
 
 def split_sizes(cfg: DictConfig) -> tuple[int, int, int]:
-    """(train, val, test) image counts of a run's data, loading (or downloading) it once."""
-    from vitladder.data.datamodule import load_source
+    """(train, val, test) image counts of a run's data, loading (or downloading) it: the process keeps it for
+    the runs that follow (data.sources.load)."""
+    from vitladder.data import sources
 
-    splits = load_source(cfg.data)
+    splits = sources.load(cfg.data)
     num_val = int(cfg.data.val_size)
     num_train = len(splits.train_labels) - num_val
     if cfg.data.train_subset:

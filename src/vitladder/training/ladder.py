@@ -30,7 +30,9 @@ def data_overrides(data: str) -> list[str]:
     data = data.strip()
     if not data:
         return []
-    if data in ("cifar10", "synthetic", "imagefolder"):
+    from vitladder.data.sources import source_names
+
+    if data in source_names():
         return [f"data={data}"]
     return ["data=imagefolder", f"data.root={data}"]
 

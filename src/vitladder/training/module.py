@@ -65,6 +65,8 @@ class RecipeModule(L.LightningModule):
         mixup: dict,
         max_epochs: int,
         warmup_epochs: float,
+        steps_per_epoch: int,
+        normalization: dict | None = None,
         compile: bool = False,
         seed: int = 0,
     ) -> None:
@@ -80,6 +82,8 @@ class RecipeModule(L.LightningModule):
                 "mixup": mixup,
                 "max_epochs": max_epochs,
                 "warmup_epochs": warmup_epochs,
+                "steps_per_epoch": steps_per_epoch,
+                "normalization": normalization,
                 "compile": compile,
                 "seed": seed,
             },
@@ -116,7 +120,7 @@ class RecipeModule(L.LightningModule):
         return self.model(images)  # (B, num_classes)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        images, labels = batch  # (B, 3, 32, 32) float, (B,) int64
+        images, labels = batch  # (B, 3, S, S) float, (B,) int64
         targets = labels
         if self.mixup is not None:
             images, targets = self.mixup(images, labels)  # targets: (B, num_classes) soft
@@ -189,9 +193,9 @@ class RecipeModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _steps_per_epoch(self) -> int:
-        # Not trainer.estimated_stepping_batches: it starts iterating the training data before a
-        # checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
-        batches = len(self.trainer.datamodule.train_dataloader())
+        # Given by the data, not trainer.estimated_stepping_batches: that starts iterating the training data
+        # before a checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
+        batches = int(self.hparams.steps_per_epoch)
         limit = self.trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
         return max(1, batches // self.trainer.accumulate_grad_batches)

@@ -30,18 +30,33 @@ from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_i
 log = logging.getLogger(__name__)
 
 
-def build_module(cfg: DictConfig, num_classes: int) -> RecipeModule:
+def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
+    """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
+    model = {**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": data.num_classes}
     return RecipeModule(
-        model={**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": num_classes},
+        model={**model, "img_size": check_patch_size(int(cfg.model.patch_size), data.image_size)},
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         label_smoothing=float(cfg.loss.label_smoothing),
         mixup=OmegaConf.to_container(cfg.mixup, resolve=True),
         max_epochs=max_epochs,
         warmup_epochs=warmup_epochs,
+        steps_per_epoch=data.steps_per_epoch,
+        normalization=data.stats.to_dict(),
         compile=bool(cfg.speed.compile),
         seed=int(cfg.seed),
     )
+
+
+def check_patch_size(patch_size: int, image_size: int) -> int:
+    """The image size, once model.patch_size is known to divide it (the source sets it, so the config cannot)."""
+    if image_size % patch_size:
+        divisors = [d for d in (4, 8, 2, 16, 1) if image_size % d == 0]
+        raise UserError(
+            f"model.patch_size={patch_size} does not divide the {image_size}x{image_size} images of this data: "
+            f"choose a divisor of {image_size}, e.g. model.patch_size={divisors[0]}"
+        )
+    return image_size
 
 
 class RunInterrupted(UserError):
@@ -151,7 +166,8 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     per_device_batch(int(cfg.data.batch_size), world_size(cfg))  # the global batch must split over the devices
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
-    datamodule.setup()
+    datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
+    check_patch_size(int(cfg.model.patch_size), datamodule.image_size)
     if replace:
         set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
@@ -179,7 +195,7 @@ def _train_locked(
     resume_from = resume_checkpoint(paths)
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    module = build_module(cfg, num_classes=len(datamodule.classes))
+    module = build_module(cfg, datamodule)
     wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
     csv_logger = make_csv_logger(paths)
     # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
@@ -193,7 +209,12 @@ def _train_locked(
         every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
     )
     analysis = AttentionAnalysis.from_config(
-        cfg.analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=int(cfg.model.patch_size), seed=int(cfg.seed)
+        cfg.analysis,
+        out_dir=paths.analysis,
+        rung=cfg.rung,
+        patch_px=int(cfg.model.patch_size),
+        seed=int(cfg.seed),
+        data=datamodule,
     )
     callbacks = [checkpoint, analysis, *axis_callbacks(), WandbAxes()]
     with finished_if_failed():

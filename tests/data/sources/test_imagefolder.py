@@ -1,81 +1,19 @@
-"""The three data sources: synthetic gratings, image folders/archives (with their cache), CIFAR-10."""
+"""data=imagefolder: folders and archives laid out train/<class>/*, test/<class>/*, decoded once into a cache."""
 
 from __future__ import annotations
 
 import io
-import socket
 import tarfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from vitladder.data import sources
 from vitladder.data.augment import CIFAR10_MEAN
-from vitladder.data.sources import ImageSplits, load_cifar10, load_image_folder, make_synthetic
+from vitladder.data.sources import ImageSplits, imagefolder
+from vitladder.data.sources.imagefolder import load_image_folder
 from vitladder.errors import DataError
-
-# ---------------------------------------------------------------------------------------------
-# synthetic
-
-
-def test_synthetic_shapes_dtypes_and_balance() -> None:
-    s = make_synthetic(200, 50, seed=0)
-    assert s.train_images.shape == (200, 3, 32, 32) and s.train_images.dtype == torch.uint8
-    assert s.test_images.shape == (50, 3, 32, 32) and s.test_images.dtype == torch.uint8
-    assert s.train_labels.shape == (200,) and s.train_labels.dtype == torch.int64
-    assert len(s.classes) == 10 and len(set(s.classes)) == 10
-    assert s.train_labels.bincount(minlength=10).tolist() == [20] * 10
-    assert s.test_labels.bincount(minlength=10).tolist() == [5] * 10
-    assert make_synthetic(8, 8, image_size=16).train_images.shape == (8, 3, 16, 16)
-
-
-def test_synthetic_is_deterministic_given_seed() -> None:
-    a, b, c = make_synthetic(64, 16, seed=3), make_synthetic(64, 16, seed=3), make_synthetic(64, 16, seed=4)
-    for name in ("train_images", "train_labels", "test_images", "test_labels"):
-        assert torch.equal(getattr(a, name), getattr(b, name))
-    assert not torch.equal(a.train_images, c.train_images)
-
-
-def _nearest_centroid_accuracy(
-    train: torch.Tensor, y_train: torch.Tensor, test: torch.Tensor, y_test: torch.Tensor
-) -> float:
-    centroids = torch.stack([train[y_train == k].mean(0) for k in range(10)])  # (10, F)
-    predicted = torch.cdist(test, centroids).argmin(1)
-    return (predicted == y_test).float().mean().item()
-
-
-def test_synthetic_classes_share_colour_but_differ_in_space_and_survive_flips() -> None:
-    s = make_synthetic(5000, 1000, seed=0)
-    # Mean colour is the same law for every class: class means agree within sampling noise.
-    class_means = torch.stack([s.train_images[s.train_labels == k].float().mean((0, 2, 3)) for k in range(10)])
-    assert (class_means.amax(0) - class_means.amin(0)).max() < 8  # of 255
-
-    # ...so a colour-only classifier is at chance,
-    def colour(x: torch.Tensor) -> torch.Tensor:
-        return x.float().mean((2, 3))  # (N, 3)
-
-    colour_inputs = (colour(s.train_images), s.train_labels, colour(s.test_images), s.test_labels)
-    assert _nearest_centroid_accuracy(*colour_inputs) < 0.2
-
-    # ...while the spatial spectrum (orientation x frequency, phase-free) separates the classes.
-    def spectrum(x: torch.Tensor) -> torch.Tensor:
-        grey = x.float().mean(1)
-        return torch.fft.rfft2(grey - grey.mean((1, 2), keepdim=True)).abs().flatten(1)  # (N, F)
-
-    centroid_inputs = (spectrum(s.train_images), s.train_labels)
-    assert _nearest_centroid_accuracy(*centroid_inputs, spectrum(s.test_images), s.test_labels) > 0.9
-    # A horizontal flip (the ladder's augmentation) must not turn one class into another.
-    flipped = s.test_images.flip(-1)
-    assert _nearest_centroid_accuracy(*centroid_inputs, spectrum(flipped), s.test_labels) > 0.9
-
-
-# ---------------------------------------------------------------------------------------------
-# image folders and archives
 
 CLASSES = ("cat", "dog", "frog")  # written in this order on purpose: folders must come out sorted
 
@@ -157,7 +95,7 @@ def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object) -> None:
         raise AssertionError("decoded again instead of reading the cache")
 
-    monkeypatch.setattr(sources, "_decode_image", fail)
+    monkeypatch.setattr(imagefolder, "_decode_image", fail)
 
 
 @pytest.mark.parametrize("kind", ["folder", "archive"])
@@ -297,104 +235,3 @@ def test_real_cifar10_jpeg_archive(cifar10_jpeg: ImageSplits) -> None:
     # Channel means match the published CIFAR-10 statistics: decoding and RGB order are right.
     mean = s.train_images[::10].float().mean((0, 2, 3)) / 255
     assert torch.allclose(mean, torch.tensor(CIFAR10_MEAN), atol=0.01)
-
-
-# ---------------------------------------------------------------------------------------------
-# torchvision's CIFAR-10
-
-
-def test_cifar10_without_network_is_one_helpful_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def offline(*args: object, **kwargs: object) -> None:
-        raise urllib.error.URLError("[Errno -2] Name or service not known")
-
-    monkeypatch.setattr(urllib.request, "urlopen", offline)  # fast and deterministic, network or not
-    timeout_before = socket.getdefaulttimeout()
-    with pytest.raises(DataError) as info:
-        load_cifar10(tmp_path / "data", download=True)
-    message = str(info.value)
-    assert "\n" not in message
-    assert "could not download CIFAR-10" in message and str(tmp_path / "data") in message
-    assert "data.root=" in message and "data=imagefolder" in message
-    assert socket.getdefaulttimeout() == timeout_before  # the download timeout was restored
-
-
-def test_cifar10_missing_without_download(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="not found"):
-        load_cifar10(tmp_path, download=False)
-
-
-class FakeCIFAR10:
-    """Stands in for torchvision's CIFAR10: HWC uint8 ``data`` and list ``targets``."""
-
-    classes = ["airplane", "automobile"]
-
-    def __init__(self, root: str, train: bool, download: bool) -> None:
-        n = 4 if train else 2
-        self.data = np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)
-        self.targets = [i % 2 for i in range(n)]
-
-
-def test_cifar10_converts_hwc_to_chw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchvision.datasets
-
-    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
-    s = load_cifar10(tmp_path)
-    hwc = FakeCIFAR10("", True, False).data
-    assert s.train_images.shape == (4, 3, 32, 32) and s.test_images.shape == (2, 3, 32, 32)
-    assert torch.equal(s.train_images, torch.from_numpy(hwc).permute(0, 3, 1, 2))
-    assert s.train_labels.tolist() == [0, 1, 0, 1] and s.train_labels.dtype == torch.int64
-    assert s.classes == ("airplane", "automobile")
-
-
-class OfficialOrderCIFAR10(FakeCIFAR10):
-    """40 test images whose first pixel is their position in the official order."""
-
-    def __init__(self, root: str, train: bool, download: bool) -> None:
-        n = 60 if train else 40
-        self.data = np.zeros((n, 32, 32, 3), dtype=np.uint8)
-        self.data[:, 0, 0, 0] = np.arange(n)
-        self.targets = [i % 2 for i in range(n)]
-
-
-def test_cifar10_keeps_the_official_test_order_for_the_analysis_and_the_demo(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import torchvision.datasets
-    from omegaconf import OmegaConf
-
-    from vitladder.analysis.checkpoint import test_split
-    from vitladder.data.datamodule import ImageDataModule, split_train_val_test
-
-    monkeypatch.setattr(torchvision.datasets, "CIFAR10", OfficialOrderCIFAR10)
-    splits = load_cifar10(tmp_path)
-    assert splits.official_test_order
-    _, _, test = split_train_val_test(splits, val_size=10, split_seed=3, train_subset=None, test_subset=25)
-    assert test.images[:, 0, 0, 0].tolist() == list(range(25)), "the first N test images are the published ones"
-
-    # What the analysis reads (the datamodule's test split) and what the demo exports (test_split): both in order.
-    data = OmegaConf.create(
-        {
-            "source": "cifar10",
-            "root": str(tmp_path),
-            "batch_size": 8,
-            "val_size": 10,
-            "split_seed": 3,
-            "train_subset": None,
-            "test_subset": None,
-            "random_crop_padding": 0,
-            "horizontal_flip": False,
-        }
-    )
-    datamodule = ImageDataModule(data)
-    datamodule.setup()
-    assert datamodule.test.images[:, 0, 0, 0].tolist() == list(range(40))
-    images, _, _ = test_split(OmegaConf.create({"data": data}))
-    assert images[0, 0, 0, 0] == 0, "the demo's image 0 is the official first test image"
-
-    # Sources grouped by class keep the seeded shuffle, so the first N are a sample of every class.
-    grouped = ImageSplits(
-        splits.train_images, splits.train_labels, splits.test_images, splits.test_labels, splits.classes
-    )
-    _, _, shuffled = split_train_val_test(grouped, val_size=10, split_seed=3, train_subset=None, test_subset=None)
-    order = shuffled.images[:, 0, 0, 0].tolist()
-    assert sorted(order) == list(range(40)) and order != list(range(40))

@@ -1,0 +1,90 @@
+"""Where the pixels come from: one module per data source, found by name from ``data=<source>``.
+
+A source is a module ``vitladder.data.sources.<name>`` (with its ``conf/data/<name>.yaml``) that defines
+``load(data_cfg) -> ImageSplits``: the images, on the CPU as uint8, downloaded or decoded (and cached) first
+where needed. Lightning's ``prepare_data`` hook loads on one process per machine, so a download or a decode
+happens once; ``setup`` then loads in every process, from that cache, and the process keeps what it loaded.
+
+Every source returns the same :class:`ImageSplits`, so the rest of the pipeline (validation split, statistics,
+device batches, augmentation) never cares which one ran. Modules whose name starts with ``_`` are helpers,
+not sources. Every problem a user can fix is raised as a one-line :class:`~vitladder.errors.DataError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from dataclasses import dataclass, fields
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig, OmegaConf
+
+from vitladder.config_schema import DataConfig
+from vitladder.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
+
+    from vitladder.data.stats import ChannelStats
+
+
+@dataclass(frozen=True)
+class ImageSplits:
+    train_images: torch.Tensor  # (N, 3, S, S) uint8
+    train_labels: torch.Tensor  # (N,) int64
+    test_images: torch.Tensor  # (M, 3, S, S) uint8
+    test_labels: torch.Tensor  # (M,) int64
+    classes: tuple[str, ...]
+    # True when the test images come in the dataset's official order (torchvision's CIFAR-10), so
+    # "the first N test images" means the published ones; False for files grouped by class.
+    official_test_order: bool = False
+    # The statistics the source publishes (CIFAR-10's); None: computed from the training split.
+    stats: ChannelStats | None = None
+
+    @property
+    def image_size(self) -> int:
+        """S: the side of the square images, the same in both splits."""
+        return int(self.train_images.shape[-1])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def source_names() -> list[str]:
+    """The data= options: every public module of this package, sorted."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
+
+
+def source_named(name: str) -> ModuleType:
+    """The module of ``data=<name>``; an unknown name is one line listing the known ones."""
+    names = source_names()
+    if name not in names:
+        options = [f"data={n}" for n in names]
+        options = f"{', '.join(options[:-1])} or {options[-1]}" if len(options) > 1 else options[0]
+        raise DataError(f"unknown data source '{name}': use {options}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+# The loaded data set, kept for the process: a ladder's estimate and each of its rungs (and a run's set-up
+# before and inside Lightning) share one load. One entry at most, so memory holds one data set.
+_loaded: dict[str, ImageSplits] = {}
+_SPLIT_KEYS = {f.name for f in fields(DataConfig)} - {"source"}  # how the images are used, not which images
+
+
+def _identity(data_cfg: DictConfig) -> str:
+    """The keys that choose the images (source, root, sizes...), not how they are split or batched."""
+    chosen = {k: v for k, v in OmegaConf.to_container(data_cfg, resolve=True).items() if k not in _SPLIT_KEYS}
+    return json.dumps(chosen, sort_keys=True, default=str)
+
+
+def load(data_cfg: DictConfig) -> ImageSplits:
+    """The images of ``data=<source>``, loaded once per process (the same object for the same source keys)."""
+    key = _identity(data_cfg)
+    if key not in _loaded:
+        splits = source_named(data_cfg.source).load(data_cfg)
+        _loaded.clear()
+        _loaded[key] = splits
+    return _loaded[key]

@@ -1,0 +1,126 @@
+"""`data=<source>` finds the module data/sources/<source>.py: the three shipped, a new one dropped in as one
+file, and anything else as one clear error; a process loads the same data once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from vitladder.data import sources
+from vitladder.data.datamodule import ImageDataModule
+from vitladder.data.sources.synthetic import make_synthetic
+from vitladder.errors import DataError
+
+
+@pytest.fixture(autouse=True)
+def nothing_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources, "_loaded", {})  # each test starts in a fresh process, as far as loads go
+
+
+def same_splits(a, b) -> bool:
+    return (
+        all(
+            torch.equal(getattr(a, f), getattr(b, f))
+            for f in ("train_images", "train_labels", "test_images", "test_labels")
+        )
+        and a.classes == b.classes
+    )
+
+
+def test_the_shipped_sources_are_the_modules_of_the_package() -> None:
+    assert sources.source_names() == ["cifar10", "imagefolder", "synthetic"]  # _cache.py is a helper
+    for name in sources.source_names():
+        assert callable(sources.source_named(name).load)
+
+
+def test_synthetic_data_is_the_set_of_its_sizes_and_seed() -> None:
+    cfg = OmegaConf.create({"source": "synthetic", "num_train": 30, "num_test": 20})
+    loaded = sources.load(cfg)
+    assert same_splits(loaded, make_synthetic(30, 20, seed=0))  # no data.seed: seed 0
+    cfg.seed = 3
+    reseeded = sources.load(cfg)
+    assert same_splits(reseeded, make_synthetic(30, 20, seed=3)) and not same_splits(reseeded, loaded)
+
+
+def test_cifar10_and_image_folders_are_read_from_the_configured_paths(monkeypatch, tmp_path) -> None:
+    from vitladder.data.sources import cifar10, imagefolder
+
+    calls = []
+    monkeypatch.setattr(cifar10, "load_cifar10", lambda *a, **k: calls.append(("cifar10", a, k)))
+    monkeypatch.setattr(imagefolder, "load_image_folder", lambda *a, **k: calls.append(("folder", a, k)))
+    sources.load(OmegaConf.create({"source": "cifar10", "root": str(tmp_path / "data")}))
+    folder = {
+        "source": "imagefolder",
+        "root": str(tmp_path / "imgs"),
+        "cache_dir": str(tmp_path / "c"),
+        "max_file_mib": 7,
+    }
+    sources.load(OmegaConf.create(folder))
+    assert calls == [
+        ("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
+        ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "c", "max_file_mib": 7}),
+    ]
+
+
+def test_an_unknown_source_is_one_clear_error() -> None:
+    with pytest.raises(
+        DataError, match="^unknown data source 'mnist': use data=cifar10, data=imagefolder or data=synthetic$"
+    ):
+        sources.load(OmegaConf.create({"source": "mnist"}))
+
+
+def test_the_same_images_are_loaded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitladder.data.sources import synthetic
+
+    calls = []
+    real = synthetic.load
+    monkeypatch.setattr(synthetic, "load", lambda cfg: calls.append(cfg) or real(cfg))
+    cfg = OmegaConf.create({"source": "synthetic", "num_train": 30, "num_test": 20, "batch_size": 8, "val_size": 5})
+    first = sources.load(cfg)
+    # Another batch size or split is the same images: not loaded again.
+    assert sources.load(OmegaConf.merge(cfg, {"batch_size": 4, "val_size": 9})) is first and len(calls) == 1
+    sources.load(OmegaConf.merge(cfg, {"num_train": 40}))  # other images: loaded, and the old ones let go
+    assert len(calls) == 2 and list(sources._loaded) == [sources._identity(OmegaConf.merge(cfg, {"num_train": 40}))]
+
+
+STRIPES = '''
+"""data=stripes: a source added as one file."""
+
+import torch
+
+from vitladder.data.sources import ImageSplits
+
+
+def load(data_cfg):
+    labels = torch.arange(40) % 2  # (40,)
+    images = (labels[:, None, None, None] * torch.arange(16)).expand(40, 3, 16, 16).to(torch.uint8) * 8
+    return ImageSplits(images[:30], labels[:30], images[30:], labels[30:], ("even", "odd"))
+'''
+
+
+def test_a_new_source_is_one_module_found_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "stripes.py").write_text(STRIPES)
+    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(tmp_path)])
+    assert "stripes" in sources.source_names()
+    data = OmegaConf.create(
+        {
+            "source": "stripes",
+            "batch_size": 5,
+            "val_size": 10,
+            "split_seed": 0,
+            "train_subset": None,
+            "test_subset": None,
+            "random_crop_padding": 0,
+            "horizontal_flip": False,
+        }
+    )
+    datamodule = ImageDataModule(data)
+    datamodule.prepare_data()
+    datamodule.setup()
+    assert (datamodule.classes, datamodule.num_classes, datamodule.image_size) == (("even", "odd"), 2, 16)
+    assert datamodule.steps_per_epoch == 20 // 5
+    images, labels = next(iter(datamodule.train_dataloader()))
+    assert images.shape == (5, 3, 16, 16) and set(labels.tolist()) <= {0, 1}
