@@ -90,3 +90,28 @@ def test_vit_config_from_a_list_or_odd_fields_is_refused(tmp_path):
         torch.save(bad, tmp_path / "odd.pt")
         with pytest.raises(CheckpointError, match="does not hold this project's ViT"):
             load_model(tmp_path / "odd.pt")
+
+
+def test_a_models_normalisation_is_read_and_an_older_model_reads_as_cifar10s(tmp_path):
+    from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
+    from vitladder.data.stats import ChannelStats
+
+    config = ViTConfig(embed_dim=48)
+    saved = {
+        "format": "vitladder-model/1",
+        "vit_config": config.to_dict(),
+        "state_dict": build_vit(config).state_dict(),
+    }
+    torch.save(saved, tmp_path / "old.pt")  # written before the statistics travelled with the model
+    assert load_model(tmp_path / "old.pt")[1].stats == CIFAR10_STATS
+    own = ChannelStats((0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+    torch.save({**saved, "normalization": own.to_dict()}, tmp_path / "model.pt")
+    assert load_model(tmp_path / "model.pt")[1].stats == own
+    hyper = {"model": config.to_dict(), "normalization": own.to_dict()}
+    lightning = {"state_dict": {f"model.{k}": v for k, v in saved["state_dict"].items()}, "hyper_parameters": hyper}
+    torch.save(lightning, tmp_path / "last.ckpt")
+    assert load_model(tmp_path / "last.ckpt")[1].stats == own
+    torch.save({**saved, "normalization": {"mean": [0.1, 0.2, 0.3], "std": [0.4, -1.0, 0.6]}}, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError) as error:
+        load_model(tmp_path / "bad.pt")
+    assert "normalisation std is not 3 finite numbers above 0" in str(error.value) and "\n" not in str(error.value)

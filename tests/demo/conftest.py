@@ -30,6 +30,9 @@ CHROMIUM_ARGS = [
 ]
 
 
+NORMALIZATION = {"mean": [0.2, 0.5, 0.8], "std": [0.1, 0.3, 0.05]}
+
+
 def random_vit(patch_size: int = 4, sharpen: float = 8.0) -> torch.nn.Module:
     """The project's 7 x 6 ViT at width 48, random but with peaked attention: query and key
     weights scaled up so that maps differ clearly from patch to patch (random init is near uniform)."""
@@ -55,6 +58,7 @@ def write_run(root: Path, rung: str = "patch4", patch_size: int = 4, done: bool 
             "vit_config": ViTConfig(patch_size=patch_size, embed_dim=48).to_dict(),
             "state_dict": model.state_dict(),
             "classes": [f"class{i}" for i in range(10)],
+            "normalization": NORMALIZATION,  # far from CIFAR-10's: a demo that ignored it would differ
             "rung": rung,
             "ladder": str(cfg.ladder),
         },

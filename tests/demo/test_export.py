@@ -27,7 +27,7 @@ def reference(run: Path, n: int) -> tuple[torch.Tensor, list[torch.Tensor], torc
     """(labels, float attention per layer, logits) of the first n test images, straight from the model."""
     model, meta = load_model(run)
     images, labels, _ = run_test_split(load_run_config(meta))
-    logits, maps = capture_attention(model, normalize(images[:n]))
+    logits, maps = capture_attention(model, normalize(images[:n], meta.stats.mean, meta.stats.std))  # the run's own
     return labels[:n], maps, logits
 
 

@@ -103,7 +103,7 @@ def test_a_map_pixel_is_the_models_attention(demo_page, data: dict, demo_run: Pa
     page, G, H = demo_page.page, data["grid"], data["heads"]
     model, meta = load_model(demo_run)
     images, _, _ = run_test_split(load_run_config(meta))
-    _, maps = capture_attention(model, normalize(images[:1]))
+    _, maps = capture_attention(model, normalize(images[:1], meta.stats.mean, meta.stats.std))
     attn = torch.stack(maps, dim=1)[0]  # (L, H, T, T) of image 0
     attn = torch.cat([attn, attn.mean(dim=1, keepdim=True)], dim=1).numpy()  # + the head mean
     lut = decode_array(data["lut"], "u1", (256, 3)).astype(int)

@@ -1,0 +1,106 @@
+"""A run takes what its data are from the source: loaded once per process (also across a ladder's estimate and
+its rungs), the image size and classes of the images, the statistics of the training split, carried in model.pt."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from vitladder.config import compose_rung
+from vitladder.data import sources
+from vitladder.data.sources import synthetic
+from vitladder.data.stats import channel_stats
+from vitladder.errors import UserError
+from vitladder.run_folder import RunPaths
+from vitladder.training.estimate import estimate_ladder
+from vitladder.training.run import train_rung
+
+
+@pytest.fixture
+def load_calls(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every call of the synthetic source's load, in a process that has loaded nothing yet."""
+    monkeypatch.setattr(sources, "_loaded", {})
+    calls: list = []
+    real = synthetic.load
+    monkeypatch.setattr(synthetic, "load", lambda data_cfg: calls.append(data_cfg) or real(data_cfg))
+    return calls
+
+
+def test_a_rung_loads_its_data_once(tiny_cfg, load_calls: list) -> None:
+    train_rung(tiny_cfg("patch8", "model.depth=1", "profile.epoch_scale=0.01", "analysis.enabled=false"))
+    assert len(load_calls) == 1  # not again in Lightning's prepare_data and setup, nor for the test
+
+
+def test_the_ladders_estimate_and_its_rungs_share_one_load(tiny_cfg, load_calls: list) -> None:
+    cfgs = [tiny_cfg("patch8", "model.depth=1"), tiny_cfg("patch4", "model.depth=1", "data.batch_size=32")]
+    estimate_ladder(cfgs)
+    assert len(load_calls) == 1
+    train_rung(tiny_cfg("patch8", "model.depth=1", "profile.epoch_scale=0.01", "analysis.enabled=false"))
+    assert len(load_calls) == 1
+
+
+def make_folder(root: Path, size: int, n_train: int = 24, n_test: int = 6) -> Path:
+    """root/{train,test}/{dark,light}/<i>.png: size x size images, random pixels, dark or light on average."""
+    generator = torch.Generator().manual_seed(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        for label, name in enumerate(("dark", "light")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                pixels = torch.randint(0, 128, (size, size, 3), generator=generator) + 100 * label
+                buffer = io.BytesIO()
+                Image.fromarray(pixels.to(torch.uint8).numpy()).save(buffer, format="PNG")
+                (root / split / name / f"{i}.png").write_bytes(buffer.getvalue())
+    return root
+
+
+def folder_cfg(root: Path, tmp_path: Path, rung: str, *overrides: str):
+    """tiny_cfg's run (smoke width, under tmp_path) on the image folder ``root``."""
+    return compose_rung(rung, [*FOLDER_RUN, *folder_overrides(root, tmp_path), f"output_root={tmp_path}", *overrides])
+
+
+FOLDER_RUN = ["profile=smoke", "trainer.enable_progress_bar=false", "model.depth=1", "analysis.num_images=4"]
+
+
+def folder_overrides(root: Path, tmp_path: Path) -> list[str]:
+    return [
+        "data=imagefolder",
+        f"data.root={root}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.val_size=8",
+        "data.batch_size=8",
+        "data.train_subset=null",
+        "data.test_subset=null",
+    ]
+
+
+def test_a_48px_image_folder_trains_a_48px_model_normalised_with_its_training_split(tmp_path) -> None:
+    root = make_folder(tmp_path / "imgs", size=48)
+    cfg = folder_cfg(root, tmp_path, "patch8", "profile.epoch_scale=0.01")
+    train_rung(cfg)
+    saved = torch.load(RunPaths(Path(cfg.run_dir)).model, map_location="cpu", weights_only=True)
+    assert saved["vit_config"]["img_size"] == 48 and saved["vit_config"]["num_classes"] == 2
+    assert saved["classes"] == ["dark", "light"]
+
+    from run_helpers import run_splits
+
+    train, val, _ = run_splits(Path(cfg.run_dir))
+    stats = channel_stats(train.images)  # the images that trained, not the validation hold-out
+    assert saved["normalization"] == {"mean": list(stats.mean), "std": list(stats.std)}
+    assert saved["normalization"]["mean"] != list(channel_stats(torch.cat([train.images, val.images])).mean)
+
+
+def test_a_patch_size_that_does_not_divide_the_images_is_one_line_before_anything_is_written(tmp_path) -> None:
+    root = make_folder(tmp_path / "imgs", size=36, n_train=8, n_test=2)
+    cfg = folder_cfg(root, tmp_path, "patch8")
+    with pytest.raises(UserError) as info:
+        train_rung(cfg)
+    message = str(info.value)
+    assert message == (
+        "model.patch_size=8 does not divide the 36x36 images of this data: "
+        "choose a divisor of 36, e.g. model.patch_size=4"
+    )
+    assert not Path(cfg.run_dir).exists()
