@@ -14,7 +14,9 @@ from torch import nn
 
 from vitladder.config import register_resolvers
 from vitladder.data import sources
+from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, split_train_val_test
+from vitladder.data.stats import ChannelStats
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
 
@@ -55,6 +57,13 @@ def saved_model(run_dir: Path) -> nn.Module:
     model = build_vit(ViTConfig(**saved["vit_config"])).eval()
     model.load_state_dict(saved["state_dict"])
     return model
+
+
+def saved_inputs(run_dir: Path, images_u8: torch.Tensor) -> torch.Tensor:
+    """``images_u8`` normalised as the finished run's model.pt says its model was trained."""
+    saved = torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)
+    stats = ChannelStats.from_dict(saved["normalization"])
+    return normalize(images_u8, stats.mean, stats.std)  # (N, 3, S, S) float
 
 
 def run_splits(run_dir: Path):

@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from run_helpers import run_splits, saved_model
+from run_helpers import run_splits, saved_inputs, saved_model
 from tiny_data import tiny_data
 
-from vitladder.data.augment import normalize
 from vitladder.data.datamodule import per_device_batch
 from vitladder.errors import UserError
 from vitladder.training.resume import seed_epoch
@@ -98,7 +97,9 @@ def exact_accuracies(run_dir: Path) -> tuple[float, float]:
     _, val, test = run_splits(run_dir)
     model = saved_model(run_dir)
     with torch.no_grad():
-        return tuple((model(normalize(s.images)).argmax(-1) == s.labels).float().mean().item() for s in (val, test))
+        return tuple(
+            (model(saved_inputs(run_dir, s.images)).argmax(-1) == s.labels).float().mean().item() for s in (val, test)
+        )
 
 
 @pytest.mark.slow

@@ -18,12 +18,11 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from run_helpers import fit, module_for, run_splits, saved_model, set_up_data
+from run_helpers import fit, module_for, run_splits, saved_inputs, saved_model, set_up_data
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
 from vitladder.config import CONF_DIR, register_resolvers
-from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
@@ -315,7 +314,7 @@ def evaluate_on_validation(run_dir: Path) -> tuple[float, torch.Tensor]:
     _, val, _ = run_splits(run_dir)
     model = saved_model(run_dir)
     with torch.no_grad():
-        correct = (model(normalize(val.images)).argmax(dim=-1) == val.labels).float()  # (N,)
+        correct = (model(saved_inputs(run_dir, val.images)).argmax(dim=-1) == val.labels).float()  # (N,)
     return correct.mean().item(), correct
 
 
