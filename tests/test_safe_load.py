@@ -26,17 +26,15 @@ def test_the_payload_is_live_and_refused_here(tmp_path, payload_checkpoint):
     assert message.startswith(f"{ckpt}: refused") and message.endswith("give another file")
 
 
+def own_model(config: ViTConfig) -> dict:
+    """A model.pt's content as train_rung wrote it before the normalisation was added to it."""
+    weights = {"vit_config": config.to_dict(), "state_dict": build_vit(config).state_dict()}
+    return {"format": "vitladder-model/1", **weights, "classes": ["a"] * 10, "rung": "patch4", "ladder": "smoke"}
+
+
 def test_the_projects_own_model_loads_weights_only(tmp_path):
     config = ViTConfig(embed_dim=48)
-    saved = {
-        "format": "vitladder-model/1",
-        "vit_config": config.to_dict(),
-        "state_dict": build_vit(config).state_dict(),
-        "classes": ["a"] * 10,
-        "rung": "patch4",
-        "ladder": "smoke",
-    }
-    torch.save(saved, tmp_path / "model.pt")
+    torch.save(own_model(config), tmp_path / "model.pt")
     model, meta = load_model(tmp_path / "model.pt")
     assert meta.vit_config == config and meta.rung == "patch4"
 
@@ -97,11 +95,7 @@ def test_a_models_normalisation_is_read_and_an_older_model_reads_as_cifar10s(tmp
     from vitladder.data.stats import ChannelStats
 
     config = ViTConfig(embed_dim=48)
-    saved = {
-        "format": "vitladder-model/1",
-        "vit_config": config.to_dict(),
-        "state_dict": build_vit(config).state_dict(),
-    }
+    saved = own_model(config)
     torch.save(saved, tmp_path / "old.pt")  # written before the statistics travelled with the model
     assert load_model(tmp_path / "old.pt")[1].stats == CIFAR10_STATS
     own = ChannelStats((0.1, 0.2, 0.3), (0.4, 0.5, 0.6))

@@ -160,3 +160,25 @@ def test_cuda_batches_stay_on_device_without_host_syncs_per_batch() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(out) == len(batches) and all(x.is_cuda and y.is_cuda for x, y in out)
+
+
+def test_lightnings_set_epoch_protocol_reaches_an_iterator_made_before_it() -> None:
+    """Lightning calls ``loader.sampler.set_epoch(e)`` at each training epoch's start, and on a resumed run
+    only after it has created the iterator: that iterator must still yield epoch e."""
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    images, labels = dataset(40)
+    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=3)
+    expected = list(zip(*[iter(batches.indices(5).tolist())] * 8))  # epoch 5's batches of 8 indices
+    iterator = iter(batches)  # as Lightning's fit loop does before set_epoch when it resumes
+    _set_sampler_epoch(batches, 5)
+    assert [tuple(y.tolist()) for _, y in iterator] == expected
+
+
+def test_batches_are_normalised_with_the_statistics_given() -> None:
+    from vitladder.data.stats import ChannelStats
+
+    images, labels = dataset(6)
+    stats = ChannelStats((0.1, 0.5, 0.9), (0.2, 0.3, 0.4))
+    x, y = next(iter(DeviceBatches(images, labels, 6, shuffle=False, augment=False, stats=stats)))
+    assert torch.equal(x, normalize(images[y], stats.mean, stats.std))
