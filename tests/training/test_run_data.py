@@ -14,9 +14,9 @@ from vitladder.config import compose_rung
 from vitladder.data import sources
 from vitladder.data.sources import synthetic
 from vitladder.data.stats import channel_stats
+from vitladder.devtools.estimate import estimate_ladder
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths
-from vitladder.training.estimate import estimate_ladder
 from vitladder.training.run import train_rung
 
 
