@@ -128,7 +128,8 @@ def events(monkeypatch, tmp_path) -> list[str]:
 
 def tiny_module() -> SimpleNamespace:
     config = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, num_classes=3)
-    return SimpleNamespace(vit_config=config, model=build_vit(config))
+    normalization = {"mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6]}  # the data's, as RecipeModule holds them
+    return SimpleNamespace(vit_config=config, model=build_vit(config), hparams={"normalization": normalization})
 
 
 SUMMARY = {"rung": "warmup", "val_acc": 0.5, "test_acc": 0.25}
@@ -154,6 +155,7 @@ def test_model_pt_then_wandb_then_done_json_last(tmp_path, events):
         ["cat", "dog", "emu"],
     )
     assert ViTConfig(**saved["vit_config"]) == module.vit_config
+    assert saved["normalization"] == module.hparams["normalization"]  # what the analysis and demo normalise with
     state = module.model.state_dict()
     assert saved["state_dict"].keys() == state.keys()
     assert all(torch.equal(saved["state_dict"][key], value) for key, value in state.items())

@@ -26,7 +26,7 @@ def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], 
             "vit_config": module.vit_config.to_dict(),
             "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
             "classes": list(classes),
-            "normalization": module.hparams.normalization,  # what the analysis and the demo normalise with
+            "normalization": module.hparams["normalization"],  # what the analysis and the demo normalise with
             "rung": cfg.rung,
             "ladder": cfg.ladder,
         },
