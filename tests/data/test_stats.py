@@ -55,21 +55,26 @@ def test_cifar10_keeps_its_published_statistics(tmp_path, monkeypatch) -> None:
     assert datamodule.stats is CIFAR10_STATS  # not those of these blank images
 
 
+MEAN_WRONG = "normalisation mean is not 3 finite numbers"
+STD_WRONG = "normalisation std is not 3 finite numbers above 0"
+
+
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "message"),
     [
-        [0.5, 0.5, 0.5],
-        {"mean": [0.5, 0.5], "std": [0.2, 0.2, 0.2]},
-        {"mean": [0.5, 0.5, math.nan], "std": [0.2, 0.2, 0.2]},
-        {"mean": [0.5, 0.5, 0.5], "std": [0.2, 0.0, 0.2]},
-        {"mean": [0.5, 0.5, 0.5], "std": [0.2, True, 0.2]},
-        {"mean": ["0.5", 0.5, 0.5], "std": [0.2, 0.2, 0.2]},
-        {"mean": [0.5, 0.5, 0.5]},
+        ([0.5, 0.5, 0.5], "normalisation is not a mapping of mean and std"),
+        ({"mean": [0.5, 0.5], "std": [0.2, 0.2, 0.2]}, MEAN_WRONG),
+        ({"mean": [0.5, 0.5, math.nan], "std": [0.2, 0.2, 0.2]}, MEAN_WRONG),
+        ({"mean": [0.5, 0.5, 0.5], "std": [0.2, 0.0, 0.2]}, STD_WRONG),
+        ({"mean": [0.5, 0.5, 0.5], "std": [0.2, True, 0.2]}, STD_WRONG),
+        ({"mean": ["0.5", 0.5, 0.5], "std": [0.2, 0.2, 0.2]}, MEAN_WRONG),
+        ({"mean": [0.5, 0.5, 0.5]}, STD_WRONG),
     ],
 )
-def test_statistics_from_a_file_are_checked(raw) -> None:
-    with pytest.raises(ValueError, match="normalisation"):
+def test_statistics_from_a_file_are_checked(raw, message) -> None:
+    with pytest.raises(ValueError) as error:
         ChannelStats.from_dict(raw)
+    assert str(error.value) == message  # the one line a user sees, naming what is wrong
 
 
 def test_statistics_round_trip_through_their_dict() -> None:
