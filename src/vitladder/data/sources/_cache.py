@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from vitladder.atomic import atomic_path
 from vitladder.data.sources import ImageSplits
 from vitladder.data.trees import Listing, Node
 from vitladder.errors import DataError
@@ -50,16 +50,11 @@ def read_cache(path: Path) -> ImageSplits | None:
 
 
 def write_cache(path: Path, arrays: dict) -> None:
-    # Written under a temporary name then renamed: a crash or a parallel run never leaves half a cache.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Atomic (vitladder.atomic): a crash or a parallel run never leaves half a cache.
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        os.replace(tmp, path)
     except OSError as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise DataError(
             f"could not write the decoded-image cache {path} ({error.strerror or error}): "
             "set data.cache_dir to a writable folder"
