@@ -24,7 +24,7 @@ WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed t
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
-register_schema()  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
+register_schema(CONF_DIR)  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
 
 
 def scale_epochs(epochs: int, scale: float) -> int:
@@ -111,6 +111,7 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
     from vitladder.config_errors import explain
 
     register_resolvers()
+    register_schema(CONF_DIR)  # again: a source module added since this process started is a data= option too
     overrides = accept_plus_step(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -11,7 +11,7 @@ import re
 import typing
 from collections.abc import Sequence
 
-from vitladder.config_schema import DATA_SCHEMAS, data_sources_with, schema_keys
+from vitladder.config_schema import data_schemas, data_sources_with, schema_keys
 from vitladder.errors import UserError
 
 _ALREADY_SET = re.compile(r"An item is already at '([^']+)'")
@@ -49,7 +49,7 @@ def unknown_key(key: str, node_type: type | None = None) -> str:
     known = schema_keys()
     parent, _, name = key.rpartition(".")
     if parent == "data" and data_sources_with(name):
-        chosen = next((n for n, schema in DATA_SCHEMAS.items() if schema is node_type), None)
+        chosen = next((n for n, schema in data_schemas().items() if schema is node_type), None)
         sources = " or ".join(f"data={source}" for source in data_sources_with(name))
         return f"{key}: no such key{f' with data={chosen}' if chosen else ''}; it belongs to {sources}"
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)

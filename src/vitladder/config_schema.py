@@ -10,10 +10,11 @@ refused at composition, before anything runs. Ranges and cross-field rules are `
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -38,32 +39,6 @@ class DataConfig:
     test_subset: int | None = MISSING
     random_crop_padding: int = MISSING
     horizontal_flip: bool = MISSING
-
-
-@dataclass
-class Cifar10Data(DataConfig):
-    root: str = MISSING
-
-
-@dataclass
-class ImageFolderData(DataConfig):
-    root: str = MISSING
-    cache_dir: str = MISSING
-    max_file_mib: float = 4  # MiB: larger files (and archive members) are refused before they are read
-
-
-@dataclass
-class SyntheticData(DataConfig):
-    num_train: int = MISSING
-    num_test: int = MISSING
-
-
-# conf/data/<name>.yaml -> its schema (stored as schema/data/<name>, so `data=` lists only the real options)
-DATA_SCHEMAS: dict[str, type[DataConfig]] = {
-    "cifar10": Cifar10Data,
-    "imagefolder": ImageFolderData,
-    "synthetic": SyntheticData,
-}
 
 
 @dataclass
@@ -202,7 +177,7 @@ class Config:
     output_root: str = MISSING
     overwrite: bool = MISSING
     model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = MISSING  # one of DATA_SCHEMAS, chosen by the data group
+    data: DataConfig = MISSING  # the Config of the source chosen by the data group (data_schemas())
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     mixup: MixupConfig = field(default_factory=MixupConfig)
@@ -214,12 +189,25 @@ class Config:
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
-def register_schema() -> None:
-    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/."""
+def data_schemas() -> dict[str, type[DataConfig]]:
+    """data=<name> -> the keys and types of that source: its module's ``Config`` (DataConfig when it has no
+    keys of its own). Imported here, not at the top: the sources import this module."""
+    from vitladder.data.sources import source_named, source_names
+
+    return {name: getattr(source_named(name), "Config", DataConfig) for name in source_names()}
+
+
+def register_schema(conf_dir: Path) -> None:
+    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/.
+    A source without a conf/data/<name>.yaml is a `data` option of its own: its Config's defaults."""
     store = ConfigStore.instance()
     store.store(name="schema", node=Config)
-    for name, schema in DATA_SCHEMAS.items():
+    for name, schema in data_schemas().items():
         store.store(group="schema/data", name=name, node=schema)
+        if not (conf_dir / "data" / f"{name}.yaml").is_file():
+            node = OmegaConf.structured(schema)
+            node.source = name
+            store.store(group="data", name=name, node=node)
 
 
 def schema_keys() -> dict[str, Any]:
@@ -229,7 +217,7 @@ def schema_keys() -> dict[str, Any]:
     def walk(schema: type, prefix: str) -> None:
         for name, hint in get_type_hints(schema).items():
             if name == "data" and schema is Config:
-                for source in DATA_SCHEMAS.values():
+                for source in data_schemas().values():
                     walk(source, "data.")
             elif is_dataclass(hint):
                 walk(hint, f"{prefix}{name}.")
@@ -242,4 +230,4 @@ def schema_keys() -> dict[str, Any]:
 
 def data_sources_with(key: str) -> list[str]:
     """The data= options whose schema declares `key` (a name under data.)."""
-    return [name for name, schema in DATA_SCHEMAS.items() if key in {f.name for f in fields(schema)}]
+    return [name for name, schema in data_schemas().items() if key in {f.name for f in fields(schema)}]

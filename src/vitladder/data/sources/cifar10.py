@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 
+from vitladder.config_schema import DataConfig
 from vitladder.data.sources import ImageSplits
 from vitladder.data.stats import ChannelStats
 from vitladder.errors import DataError
@@ -19,6 +21,13 @@ from vitladder.errors import DataError
 # statistics travelled with it was normalised with these, whatever its source.
 STATS = ChannelStats(mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616))
 DOWNLOAD_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Config(DataConfig):
+    """data=cifar10's keys (values: conf/data/cifar10.yaml)."""
+
+    root: str = MISSING
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:

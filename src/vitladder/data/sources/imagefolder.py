@@ -9,13 +9,15 @@ import math
 import tarfile
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from PIL import Image
 
+from vitladder.config_schema import DataConfig
 from vitladder.data.sources import ImageSplits
 from vitladder.data.sources._cache import fingerprint, progress, read_cache, write_cache
 from vitladder.data.trees import FolderTree, Limits, Parts, read_archive, read_folder, show, walk
@@ -165,6 +167,15 @@ def _assemble(source: Path, dirs: set[Parts], images: dict[Parts, object]) -> di
         arrays[f"{split}_labels"] = np.asarray(labels, dtype=np.int64)
     arrays["classes"] = np.asarray(classes)
     return arrays
+
+
+@dataclass
+class Config(DataConfig):
+    """data=imagefolder's keys (values: conf/data/imagefolder.yaml)."""
+
+    root: str = MISSING
+    cache_dir: str = MISSING
+    max_file_mib: float = 4  # MiB: larger files (and archive members) are refused before they are read
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:

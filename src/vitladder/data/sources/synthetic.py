@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 
+from vitladder.config_schema import DataConfig
 from vitladder.data.sources import ImageSplits
 from vitladder.errors import DataError
+
+
+@dataclass
+class Config(DataConfig):
+    """data=synthetic's keys (values: conf/data/synthetic.yaml)."""
+
+    num_train: int = MISSING
+    num_test: int = MISSING
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
