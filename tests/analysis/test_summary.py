@@ -18,6 +18,7 @@ from vitladder.analysis.metrics import (
 from vitladder.analysis.summary import analyse, head_metrics, headline_layer, query_metrics
 from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
 from vitladder.data.augment import normalize
+from vitladder.data.stats import ChannelStats
 from vitladder.model import ViTConfig, build_vit
 
 UNIFORM_8x8 = 16.5459  # docs/design.md §4: uniform distance over the 8x8 grid of 4 px patches
@@ -65,6 +66,18 @@ def test_head_metrics_stacks_the_metrics_asked_for_in_their_order_by_default_eve
     assert torch.equal(stacked[0], attention_entropy(attn))
     assert torch.equal(stacked[1], mean_attention_distance(attn, 8))
     assert torch.equal(head_metrics(attn, 8), torch.stack([metric.fn(attn, 8) for metric in declared()]))
+
+
+def test_the_images_are_normalised_with_the_statistics_the_model_was_trained_with(images: torch.Tensor) -> None:
+    model, stats = tiny_vit(), ChannelStats((0.3, 0.5, 0.7), (0.1, 0.2, 0.4))  # far from CIFAR-10's
+    summary = analyse(model, images, batch_size=4, patch_px=4, stats=stats)
+    _, maps = capture_attention(model, normalize(images, stats.mean, stats.std))
+    direct = torch.stack([mean_attention_distance(a, 4) for a in maps])  # (L, H)
+    assert torch.allclose(summary.heads["distance_px"], direct, atol=1e-5)
+    assert summary.example is not None
+    assert torch.allclose(summary.example.cls_maps, torch.stack([a[0, :, 0, 1:] for a in maps]), atol=1e-6)
+    cifar = analyse(model, images, batch_size=4, patch_px=4)  # another normalisation moves the numbers
+    assert not torch.allclose(cifar.heads["distance_px"], direct, atol=1e-4)
 
 
 def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
