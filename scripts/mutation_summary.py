@@ -1,15 +1,20 @@
 """The kill rate of the last `make mutation` run, and every mutant that was not killed.
 
-    python scripts/mutation_summary.py 'vitladder.analysis.*' ...   # mutant-name globs (default: all)
+    python scripts/mutation_summary.py                  # every mutant
+    python scripts/mutation_summary.py 'vitladder.analysis.*' ...   # mutant-name globs
 
 Reads mutmut's per-file results under mutants/. A timeout counts as killed (the mutant hung the
-tests). Show a survivor's change with `mutmut show NAME`.
+tests). Survivors judged equivalent (no input can tell them from the original) are listed with the
+reason in docs/mutation.md; the kill rate over the mutants that change behaviour leaves them out.
+A listed mutant that no longer survives is reported, so the list cannot go stale unnoticed.
+Show a survivor's change with `mutmut show NAME`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,6 +22,8 @@ from pathlib import Path
 from mutmut.stats import status_by_exit_code
 
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
+EQUIVALENT_LIST = Path(__file__).resolve().parents[1] / "docs" / "mutation.md"
+ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*(.+?)\s*\|\s*$")  # | `mutant name` | why it is equivalent |
 
 
 def results(root: Path, patterns: list[str]) -> dict[str, str]:
@@ -29,18 +36,39 @@ def results(root: Path, patterns: list[str]) -> dict[str, str]:
     return statuses
 
 
+def judged_equivalent(text: str) -> dict[str, str]:
+    """Mutant name -> why it is equivalent, from the table rows of docs/mutation.md."""
+    return {match[1]: match[2] for line in text.splitlines() if (match := ROW.match(line))}
+
+
+def report(statuses: dict[str, str], equivalent: dict[str, str]) -> list[str]:
+    counts = Counter(statuses.values())
+    detected = sum(counts[s] for s in DETECTED)
+    missed = {name: status for name, status in sorted(statuses.items()) if status not in DETECTED}
+    lines = [f"{status:>12}  {name}" for name, status in missed.items() if name not in equivalent]
+    lines += [f"  equivalent  {name}  ({equivalent[name]})" for name in missed if name in equivalent]
+    lines += [
+        f"       stale  {name}: listed as equivalent in docs/mutation.md but {statuses[name]}"
+        for name in sorted(equivalent)
+        if name in statuses and name not in missed
+    ]
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    lines.append(f"killed {detected} of {len(statuses)} mutants ({100 * detected / len(statuses):.1f}%)")
+    changing = len(statuses) - sum(name in equivalent for name in missed)
+    lines.append(
+        f"killed {detected} of the {changing} that change behaviour ({100 * detected / changing:.1f}%; "
+        f"{len(statuses) - changing} judged equivalent)"
+    )
+    return lines
+
+
 def main(argv: list[str]) -> int:
     statuses = results(Path("mutants"), argv)
     if not statuses:
         print("error: no mutmut results under mutants/: run make mutation first", file=sys.stderr)
         return 2
-    counts = Counter(statuses.values())
-    detected = sum(counts[s] for s in DETECTED)
-    for name, status in sorted(statuses.items()):
-        if status not in DETECTED:
-            print(f"{status:>12}  {name}")
-    print(", ".join(f"{n} {s}" for s, n in counts.most_common()))
-    print(f"killed {detected} of {len(statuses)} mutants ({100 * detected / len(statuses):.1f}%)")
+    equivalent = judged_equivalent(EQUIVALENT_LIST.read_text()) if EQUIVALENT_LIST.is_file() else {}
+    print("\n".join(report(statuses, equivalent)))
     return 0
 
 

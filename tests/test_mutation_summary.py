@@ -1,0 +1,42 @@
+"""scripts/mutation_summary.py: the kill rate `make mutation` reports, with the survivors judged equivalent
+(docs/mutation.md) left out of the behaviour-changing count, and a stale judgement reported."""
+
+from __future__ import annotations
+
+import json
+import runpy
+
+import pytest
+
+
+@pytest.fixture
+def summary(repo_root) -> dict:
+    return runpy.run_path(str(repo_root / "scripts" / "mutation_summary.py"))  # its functions, main not run
+
+
+def write_meta(root, exit_codes: dict) -> None:
+    meta = root / "mutants" / "src" / "pkg" / "mod.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": exit_codes}))
+
+
+def test_the_equivalence_table_is_read_from_its_rows(summary) -> None:
+    text = "# Mutation testing\n\n| mutant | why |\n|---|---|\n| `pkg.mod.x_f__mutmut_1` | dim +1 is -1 on 2-D |\n"
+    assert summary["judged_equivalent"](text) == {"pkg.mod.x_f__mutmut_1": "dim +1 is -1 on 2-D"}
+
+
+def test_kill_rates_over_all_mutants_and_over_those_that_change_behaviour(summary, tmp_path, monkeypatch) -> None:
+    codes = {f"pkg.mod.x_f__mutmut_{i}": 1 for i in range(1, 17)}  # 16 killed
+    codes |= {"pkg.mod.x_f__mutmut_17": 36, "pkg.mod.x_f__mutmut_18": 0, "pkg.mod.x_f__mutmut_19": 0}
+    write_meta(tmp_path, codes)
+    monkeypatch.chdir(tmp_path)
+    statuses = summary["results"](tmp_path / "mutants", [])
+    assert statuses["pkg.mod.x_f__mutmut_17"] == "timeout" and statuses["pkg.mod.x_f__mutmut_18"] == "survived"
+    equivalent = {"pkg.mod.x_f__mutmut_18": "same maths", "pkg.mod.x_f__mutmut_3": "thought so once"}
+    lines = summary["report"](statuses, equivalent)
+    assert "    survived  pkg.mod.x_f__mutmut_19" in lines
+    assert "  equivalent  pkg.mod.x_f__mutmut_18  (same maths)" in lines
+    assert any(line.strip().startswith("stale  pkg.mod.x_f__mutmut_3") for line in lines)
+    assert lines[-2] == "killed 17 of 19 mutants (89.5%)"  # a timeout counts as killed
+    assert lines[-1] == "killed 17 of the 18 that change behaviour (94.4%; 1 judged equivalent)"
+    assert summary["results"](tmp_path / "mutants", ["other.*"]) == {}
