@@ -17,8 +17,8 @@ from PIL import Image
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
 from vitladder.config import compose_rung
 from vitladder.data import sources
-from vitladder.data.datamodule import ImageDataModule, Split, split_train_val_test
-from vitladder.errors import DataError
+from vitladder.data.datamodule import ImageDataModule, Split, per_device_batch, split_train_val_test
+from vitladder.errors import DataError, UserError
 
 
 def indexed_images(n: int) -> torch.Tensor:
@@ -202,3 +202,15 @@ def test_training_and_re_analysis_see_the_same_seeded_test_images(cfg_name: str,
     # the validation images are out of the training images, by content as well as by index
     val = set(source_index(datamodule.val.images, source.train_images))
     assert not val & set(source_index(datamodule.train.images, source.train_images))
+
+
+def test_the_global_batch_is_shared_evenly_by_the_devices() -> None:
+    assert [per_device_batch(512, 1), per_device_batch(512, 2), per_device_batch(1, 1)] == [512, 256, 1]
+    with pytest.raises(UserError) as error:
+        per_device_batch(6, 4)
+    assert str(error.value) == (
+        "data.batch_size=6 is the global batch and must split evenly over 4 devices: "
+        "choose a multiple of 4, e.g. data.batch_size=4"
+    )
+    with pytest.raises(UserError, match="e.g. data.batch_size=3"):
+        per_device_batch(0, 3)

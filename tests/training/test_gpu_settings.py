@@ -6,23 +6,12 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from run_helpers import fit, module_for, set_up_data
+from run_helpers import set_up_data
 from torch._dynamo.utils import counters
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.run_folder import RunPaths
-from vitladder.training import module as module_module
 from vitladder.training.run import build_module, build_trainer
-
-
-def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, monkeypatch):
-    # As on CUDA; fused AdamW also runs on the CPU, so the path from the module through timm's factory is real.
-    monkeypatch.setattr(module_module, "optimizer_kwargs", lambda device: {"fused": True})
-    cfg = tiny_cfg("patch4")
-    trainer = fit(cfg, module_for(cfg), fast_dev_run=1)
-    optimizer = trainer.optimizers[0]
-    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
-    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.0, cfg.optim.weight_decay]
 
 
 class GraphCount(L.Callback):

@@ -8,6 +8,7 @@ import torch
 from run_helpers import fit, module_for
 
 from vitladder.config import rung_names
+from vitladder.training import module as module_module
 from vitladder.training.module import TrainingDiverged, optimizer_kwargs, use_tensor_cores
 
 
@@ -126,3 +127,13 @@ def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(previous)
+
+
+def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, monkeypatch):
+    # As on CUDA; fused AdamW also runs on the CPU, so the path from the module through timm's factory is real.
+    monkeypatch.setattr(module_module, "optimizer_kwargs", lambda device: {"fused": True})
+    cfg = tiny_cfg("patch4")
+    trainer = fit(cfg, module_for(cfg), fast_dev_run=1)
+    optimizer = trainer.optimizers[0]
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.0, cfg.optim.weight_decay]
