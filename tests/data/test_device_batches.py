@@ -195,3 +195,11 @@ def test_stream_seeds_are_the_documented_63_bit_hash_so_a_seed_replays_in_every_
         assert stream_seed(*parts) == expected % 2**63, parts
     seeds = [stream_seed(0, epoch, "order") for epoch in range(64)]
     assert all(0 <= seed < 2**63 for seed in seeds) and max(seeds) >= 2**62 and any(seed % 2 for seed in seeds)
+
+
+def test_an_epochs_order_is_the_seeds_order_stream_and_no_other() -> None:
+    images, labels = torch.zeros(20, 3, 4, 4, dtype=torch.uint8), torch.arange(20)
+    batches = DeviceBatches(images, labels, 5, shuffle=True, augment=False, seed=9)
+    expected = torch.randperm(20, generator=torch.Generator().manual_seed(stream_seed(9, 2, "order")))
+    assert torch.equal(batches.indices(2), expected)
+    assert not torch.equal(batches.indices(3), expected)

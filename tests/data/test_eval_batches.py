@@ -3,6 +3,8 @@ test batches always the plain normalised images, every one once, in the split's 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -71,3 +73,14 @@ def test_training_batches_are_augmented_only_when_the_config_asks(rung, override
     plain = normalize(dm.train.images[order], dm.stats.mean, dm.stats.std)
     assert torch.equal(images, plain) is not augmented
     assert len(labels) == len(dm.train.labels) // 16 * 16  # even, full batches for MixUp
+
+
+def test_training_batches_take_the_rungs_augmentation_and_this_processs_share(tmp_path) -> None:
+    dm = datamodule("augment", tmp_path, "data.random_crop_padding=2", "data.horizontal_flip=false")
+    train = dm.train_dataloader()
+    assert (train.augment, train.crop_padding, train.flip, train.seed) == (True, 2, False, 3)
+    assert (train.rank, train.world_size, train.batch_size) == (0, 1, 16)
+    dm.trainer = SimpleNamespace(global_rank=1, world_size=2)  # the second of two processes
+    train, val = dm.train_dataloader(), dm.val_dataloader()
+    assert (train.rank, train.world_size, train.batch_size) == (1, 2, 8)  # half of the global batch
+    assert (val.rank, val.world_size) == (1, 2)
