@@ -203,3 +203,23 @@ def test_an_epochs_order_is_the_seeds_order_stream_and_no_other() -> None:
     expected = torch.randperm(20, generator=torch.Generator().manual_seed(stream_seed(9, 2, "order")))
     assert torch.equal(batches.indices(2), expected)
     assert not torch.equal(batches.indices(3), expected)
+
+
+def test_defaults_are_the_recipes_crop_flip_and_seed() -> None:
+    batches = DeviceBatches(torch.zeros(4, 3, 4, 4, dtype=torch.uint8), torch.arange(4), 2, shuffle=False, augment=True)
+    assert (batches.crop_padding, batches.flip, batches.seed, batches.drop_last) == (4, True, 0, False)
+
+
+@pytest.mark.parametrize(("drop_last", "shares"), [(True, [5, 5]), (False, [6, 5])])
+def test_two_ranks_share_an_odd_split(drop_last: bool, shares: list[int]) -> None:
+    """Training cuts 11 images to 10, 5 per rank; evaluation visits all 11, one rank taking the odd one."""
+    images, labels = torch.zeros(11, 3, 4, 4, dtype=torch.uint8), torch.arange(11)
+    ranks = [
+        DeviceBatches(images, labels, 2, shuffle=True, augment=False, seed=4, drop_last=drop_last, rank=r, world_size=2)
+        for r in (0, 1)
+    ]
+    seen = [batches.indices(1) for batches in ranks]
+    assert [len(s) for s in seen] == [b.samples_per_rank for b in ranks] == shares
+    assert not set(seen[0].tolist()) & set(seen[1].tolist())
+    assert len(set(torch.cat(seen).tolist())) == sum(shares)
+    assert [len(b) for b in ranks] == ([2, 2] if drop_last else [3, 3])
