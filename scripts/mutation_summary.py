@@ -19,8 +19,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from mutmut.stats import status_by_exit_code
-
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
 EQUIVALENT_LIST = Path(__file__).resolve().parents[1] / "docs" / "mutation.md"
 ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*(.+?)\s*\|\s*$")  # | `mutant name` | why it is equivalent |
@@ -28,6 +26,8 @@ ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*(.+?)\s*\|\s*$")  # | `mutant name` | 
 
 def results(root: Path, patterns: list[str]) -> dict[str, str]:
     """Mutant name -> mutmut's status, for the mutants matching ``patterns``."""
+    from mutmut.stats import status_by_exit_code  # make mutation's extra; the rest of this script needs none
+
     statuses = {}
     for meta in sorted(root.rglob("*.py.meta")):
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
