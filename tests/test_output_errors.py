@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from vitladder.atomic import atomic_path, save_torch, write_text
+from vitladder.atomic import atomic_path, remove_leftovers, save_torch, write_text
 from vitladder.cli import reports_user_errors
 from vitladder.errors import describe_os_error
 
@@ -93,3 +93,14 @@ def test_train_py_on_a_disk_that_fills_up_while_writing_config_yaml(repo_root, t
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {config}: File too large; free some disk space"), lines
     assert not config.exists() and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_killed_writers_temporary_files_are_removed_and_nothing_else(tmp_path):
+    (tmp_path / "analysis").mkdir()
+    write_text(tmp_path / "analysis" / "layers.csv", "layer\n")
+    left = tmp_path / "analysis" / ".heads.csv.k2j3h4.tmp"  # atomic_path's name for heads.csv
+    left.write_text("half a file")  # as a SIGKILL between the write and the rename leaves it
+    (tmp_path / "notes.tmp").write_text("not ours: no leading dot")
+    assert remove_leftovers(tmp_path) == [left]
+    assert not left.exists() and (tmp_path / "notes.tmp").exists() and (tmp_path / "analysis" / "layers.csv").exists()
+    assert remove_leftovers(tmp_path) == []

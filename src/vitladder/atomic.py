@@ -66,6 +66,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.unlink(tmp)
 
 
+TEMPORARY_GLOB = ".*.tmp"  # atomic_path's temporary names: .<name>.<random>.tmp
+
+
+def remove_leftovers(folder: str | Path) -> list[Path]:
+    """Deletes the temporary files that writers killed mid-write (SIGKILL, power loss) left in ``folder``
+    and below; returns them. Only for a folder no other process is writing to (a run folder under its lock)."""
+    leftovers = sorted(path for path in Path(folder).rglob(TEMPORARY_GLOB) if path.is_file())
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

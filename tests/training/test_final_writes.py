@@ -127,11 +127,15 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     checkpoints = sorted(p.name for p in paths.checkpoints.iterdir() if not p.name.startswith("."))
     assert checkpoints == ["last.ckpt"] and checkpoint_epoch(paths.last_ckpt) == 2  # replaced, not versioned
 
+    half_written = paths.analysis / ".layers.csv.dead1234.tmp"  # as a writer killed mid-write leaves it
+    half_written.parent.mkdir(exist_ok=True)
+    half_written.write_text("layer,distance")
     renames = record_renames(monkeypatch, paths.root)
     monkeypatch.setattr(run_module, "time", SimpleNamespace(time=lambda: 100.0))  # started
     monkeypatch.setattr(results_module, "time", SimpleNamespace(time=lambda: 112.34))  # summarised
     summary = train_rung(cfg)  # resumes from last.ckpt: nothing left to train; tests, analyses and saves
     assert renames[-1] == "done.json" and renames.count("done.json") == 1, renames
+    assert not half_written.exists(), "a killed writer's temporary file outlived the run"
     assert "checkpoints/model.pt" in renames
     assert {"analysis/heads.csv", "analysis/layers.csv"} <= set(renames)
     assert global_seeds == [1, 1, 1] and batch_seeds and set(batch_seeds) == {1}  # the run's seed drives its numbers

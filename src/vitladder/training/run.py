@@ -13,7 +13,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.analysis.callback import AttentionAnalysis
-from vitladder.atomic import write_text
+from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
@@ -191,6 +191,8 @@ def _train_locked(
     cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, overrides: list[str] | None
 ) -> dict:
     """Everything that writes into the run folder, run while this process holds its lock."""
+    for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
+        log.info("removed %s, left by an interrupted write", leftover)
     write_run_config(paths, cfg, overrides)
     resume_from = resume_checkpoint(paths)
 
