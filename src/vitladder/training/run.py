@@ -8,7 +8,6 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,6 +20,7 @@ from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
+from vitladder.training.metrics_csv import MetricsLogger
 from vitladder.training.module import RecipeModule
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.results import final_val_acc, rung_summary, write_results
@@ -64,23 +64,12 @@ class RunInterrupted(UserError):
 
 
 def resume_checkpoint(paths: RunPaths) -> str | None:
-    """last.ckpt of an interrupted run (metrics.csv cut back to it), or None for a fresh start."""
+    """last.ckpt of an interrupted run (metrics.csv cut back to it), or None for a fresh start (no metrics.csv)."""
     if not paths.last_ckpt.exists():
+        paths.metrics_csv.unlink(missing_ok=True)  # rows of an attempt killed before its first checkpoint
         return None
     prune_metrics(paths.metrics_csv, from_epoch=checkpoint_epoch(paths.last_ckpt))
     return str(paths.last_ckpt)
-
-
-def make_csv_logger(paths: RunPaths) -> CSVLogger:
-    """metrics.csv: rows per epoch (``epoch`` = epochs trained) and ``lr`` rows per logged optimizer step;
-    a resumed run keeps the rows its checkpoint holds."""
-    kept = paths.metrics_csv.read_text() if paths.metrics_csv.exists() else None
-    logger = CSVLogger(save_dir=str(paths.root), name="", version="", flush_logs_every_n_steps=1)
-    writer = logger.experiment  # Lightning deletes an existing metrics.csv here...
-    if kept is not None:
-        write_text(paths.metrics_csv, kept)  # ...so the finished epochs are put back,
-        writer.metrics_keys = sorted(kept.splitlines()[0].split(","))  # and the writer knows their columns
-    return logger
 
 
 def _placement(cfg: DictConfig) -> dict:
@@ -199,7 +188,7 @@ def _train_locked(
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
     wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
-    csv_logger = make_csv_logger(paths)
+    csv_logger = MetricsLogger(paths.root)
     # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
     checkpoint = ModelCheckpoint(
         dirpath=str(paths.checkpoints),
