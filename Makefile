@@ -46,7 +46,7 @@ report: $(STAMP)  ## rebuild outputs/<ladder>/report.md from the finished rungs
 	$(PY) scripts/report.py $(LADDER_DIR)
 
 wandb-sync: $(STAMP)  ## upload every offline W&B run of the ladder: rungs, their resumed parts, the report run
-	$(VENV)/bin/wandb sync $(LADDER_DIR)/*/wandb/offline-run-* $(LADDER_DIR)/wandb/offline-run-*
+	$(PY) scripts/wandb_sync.py $(LADDER_DIR)
 
 wandb-report: $(STAMP)  ## build and save a W&B Report of the ladder (online); prints its address
 	$(PY) scripts/wandb_report.py $(LADDER_DIR)

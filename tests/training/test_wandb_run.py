@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
-import glob
 import importlib.util
 import re
-import shlex
 import shutil
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -28,13 +28,11 @@ def rung_run(ladder: Path, wandb_run_reader, rung: str = "patch4"):
     return wandb_run_reader(folders[0])
 
 
-def readme_sync_folders(ladder: Path) -> list[Path]:
-    """What the README's `wandb sync` command uploads: its globs expanded in ``ladder`` as the shell does."""
-    readme = (REPO / "README.md").read_text()
-    (command,) = set(re.findall(r"`(wandb sync outputs/[^`]*)`", readme))
-    args = shlex.split(command)[2:]
-    assert args and all(arg.startswith("outputs/<ladder>/") for arg in args), command
-    return sorted({Path(p) for arg in args for p in glob.glob(str(ladder / arg.removeprefix("outputs/<ladder>/")))})
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def every_offline_run(ladder: Path) -> list[Path]:
@@ -159,8 +157,8 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     train_rung(cfg)
 
     ladder = Path(cfg.run_dir).parent
-    assert readme_sync_folders(ladder) == offline_runs(ladder) == every_offline_run(ladder)
-    parts = [wandb_run_reader(folder) for folder in readme_sync_folders(ladder)]  # what `wandb sync` uploads
+    assert offline_runs(ladder) == every_offline_run(ladder)
+    parts = [wandb_run_reader(folder) for folder in offline_runs(ladder)]  # what `make wandb-sync` uploads
     assert len(parts) == 2 and len({p.run["run_id"] for p in parts}) == 1, "one run, in two parts"
     rows = [row for part in parts for row in part.history]
     for key, expected in (
@@ -179,27 +177,61 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     assert sorted(csv_steps) == steps, "metrics.csv: each step's learning rate once"
 
 
-def test_the_readme_sync_command_uploads_every_run_of_a_ladder(smoke_ladder, wandb_run_reader) -> None:
+def test_make_wandb_sync_uploads_every_run_of_a_ladder(smoke_ladder, wandb_run_reader, monkeypatch) -> None:
     """Rung runs and the report run's parts (the resumed parts of a rung: the test above)."""
-    folders = readme_sync_folders(smoke_ladder)
-    assert folders == offline_runs(smoke_ladder) == every_offline_run(smoke_ladder) and len(folders) == 3
+    folders = offline_runs(smoke_ladder)
+    assert folders == every_offline_run(smoke_ladder) and len(folders) == 3
     ids = [wandb_run_reader(folder).run["run_id"] for folder in folders]
     assert ids.count(report_run_id("vit-ladder", "smoke")) == 2 and len(set(ids)) == 2
+
+    script = load_script("wandb_sync")
+    commands = []
+    monkeypatch.setattr(
+        script.subprocess, "run", lambda command, check: commands.append(command) or SimpleNamespace(returncode=0)
+    )
+    assert script.main([str(smoke_ladder)]) == 0
+    assert commands == [[sys.executable, "-m", "wandb", "sync", *map(str, folders)]]
     makefile = (REPO / "Makefile").read_text()
-    (recipe,) = re.findall(r"^\t\$\(VENV\)/bin/(wandb sync .*)$", makefile, flags=re.M)
-    assert shlex.split(recipe.replace("$(LADDER_DIR)", "outputs/<ladder>")) == shlex.split(
-        re.search(r"`(wandb sync outputs/[^`]*)`", (REPO / "README.md").read_text()).group(1)
-    ), "make wandb-sync"
+    (recipe,) = re.findall(r"^wandb-sync:.*\n\t(.*)$", makefile, flags=re.M)
+    assert recipe == "$(PY) scripts/wandb_sync.py $(LADDER_DIR)"
+    assert "make wandb-sync LADDER=<ladder>" in (REPO / "README.md").read_text()
+
+
+def test_runs_set_aside_for_an_old_recipe_are_not_the_ladders(tmp_path) -> None:
+    ladder = tmp_path / "smoke"
+    kept = [
+        ladder / "patch4" / "wandb" / "offline-run-20261201_010000-a",
+        ladder / "patch4" / "wandb" / "offline-run-20261201_020000-a",  # the resumed part of the same run
+        ladder / "patch4-seed1" / "wandb" / "offline-run-20261201_030000-b",
+        ladder / "wandb" / "offline-run-20261201_040000-r",  # the report run
+    ]
+    replaced = ladder / "patch4.replaced-20261130-120000" / "wandb" / "offline-run-20261130_110000-z"
+    for folder in (*kept, replaced):
+        folder.mkdir(parents=True)
+    (ladder / "patch8" / "wandb").mkdir(parents=True)
+    (ladder / "patch8" / "wandb" / "offline-run-notes.txt").write_text("a file, not a run")
+    assert offline_runs(ladder) == sorted(kept)
+
+
+@pytest.mark.parametrize(
+    "make_ladder, message",
+    [
+        (lambda tmp_path: tmp_path / "none", "no such ladder folder (train one with `make ladder`)"),
+        (lambda tmp_path: tmp_path, "no offline W&B run to upload"),
+    ],
+)
+def test_wandb_sync_without_runs_says_so_in_one_line(tmp_path, capsys, make_ladder, message) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("wandb_sync").main([str(make_ladder(tmp_path))])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 def test_analyze_updates_the_rungs_wandb_run(smoke_ladder, tmp_path: Path, wandb_run_reader, capsys) -> None:
     run_dir = tmp_path / "patch4"
     shutil.copytree(smoke_ladder / "patch4", run_dir)
     run_id = (run_dir / "wandb_run_id.txt").read_text().strip()
-    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main([str(run_dir), "--images", "10", "--batch-size", "5", "--device", "cpu"])
+    load_script("analyze").main([str(run_dir), "--images", "10", "--batch-size", "5", "--device", "cpu"])
     assert f"W&B run {run_id}" in capsys.readouterr().out
 
     folders = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))

@@ -3,7 +3,7 @@
 One W&B run per rung folder (its id in ``wandb_run_id.txt``, so a resumed rung, or a re-analysis,
 continues it), epoch-level metrics against ``epoch`` and the learning rate against the optimizer
 step (``define_metrics``). Offline runs stay in ``<run>/wandb/offline-run-*``: a resumed run adds a
-folder with the same id, and ``wandb sync`` uploads the parts of one run in order (``SYNC_GLOBS``).
+folder with the same id, and ``wandb sync`` uploads the parts of one run in order (``offline_runs``).
 """
 
 from __future__ import annotations
@@ -27,14 +27,12 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.config import WANDB_ALIASES, rung_index
 from vitladder.config import WANDB_MODES as MODES
 from vitladder.errors import UserError
+from vitladder.run_folder import parse_run_name
 from vitladder.training.axes import EPOCH, LR
 
 RUN_ID_FILE = "wandb_run_id.txt"
 GLOBAL_STEP = "trainer/global_step"  # Lightning's WandbLogger logs the optimizer step under this name
 EPOCH_METRICS = ("train/*", "val/*", "test/*", "track/*", "analysis/*")
-# Every offline W&B run of a ladder, relative to its folder: the rungs' (resumed parts included) and
-# the report run's. `wandb sync` uploads the parts of one run in the order they started.
-SYNC_GLOBS = ("*/wandb/offline-run-*", "wandb/offline-run-*")
 
 
 def api_key() -> str | None:
@@ -224,8 +222,13 @@ def resume_rung_run(cfg: DictConfig, run_dir: Path, mode: str):
 
 
 def offline_runs(ladder_dir: Path) -> list[Path]:
-    """Every offline run folder of a ladder: what `wandb sync` with SYNC_GLOBS uploads."""
-    return sorted(path for pattern in SYNC_GLOBS for path in Path(ladder_dir).glob(pattern) if path.is_dir())
+    """The offline W&B runs of a ladder, what `make wandb-sync` uploads: its run folders' (a resumed rung's
+    parts, which `wandb sync` uploads in the order they started, as one run) and the report run's. Runs of
+    an old recipe, set aside by ``overwrite=true`` in ``<rung>.replaced-<time>/``, are not the ladder's."""
+    ladder_dir = Path(ladder_dir)
+    run_folders = [path for path in ladder_dir.iterdir() if path.is_dir() and parse_run_name(path.name)]
+    runs = [run for root in (*run_folders, ladder_dir) for run in (root / "wandb").glob("offline-run-*")]
+    return sorted(run for run in runs if run.is_dir())
 
 
 @contextmanager
