@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import json
-import runpy
 
 import pytest
+from entry_points import load_script
 
 
 @pytest.fixture
-def summary(repo_root) -> dict:
-    return runpy.run_path(str(repo_root / "scripts" / "mutation_summary.py"))  # its functions, main not run
+def summary() -> dict:
+    return vars(load_script("mutation_summary"))  # its functions; main runs only as a script
 
 
 def write_meta(root, exit_codes: dict) -> None:

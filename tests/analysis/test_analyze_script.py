@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -10,19 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from entry_points import load_script
 
 from vitladder.analysis.checkpoint import load_model
 from vitladder.analysis.outputs import read_csv
 from vitladder.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def analyze_main():
-    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def head_values(folder: Path) -> torch.Tensor:
@@ -38,7 +31,7 @@ def copy_run(fitted_run, tmp_path: Path) -> Path:
 
 
 def test_run_folder_gives_the_callbacks_numbers(fitted_run, tmp_path: Path) -> None:
-    out = analyze_main()([str(fitted_run.run_dir), "--out", str(tmp_path / "a"), "--device", "cpu"])
+    out = load_script("analyze").main([str(fitted_run.run_dir), "--out", str(tmp_path / "a"), "--device", "cpu"])
     assert out == tmp_path / "a"
     assert torch.allclose(head_values(out), head_values(fitted_run.run_dir / "analysis"), atol=1e-4)
     assert {"distance.png", "entropy.png", "cls_attention.png", "explainer.png"} <= {p.name for p in out.iterdir()}
@@ -48,7 +41,7 @@ def test_default_output_keeps_the_tracking_history(fitted_run, tmp_path: Path) -
     run = copy_run(fitted_run, tmp_path)
     (run / "analysis" / "heads.csv").unlink()
     (run / "analysis" / "locality.png").unlink()
-    out = analyze_main()([str(run), "--images", "10", "--batch-size", "4"])
+    out = load_script("analyze").main([str(run), "--images", "10", "--batch-size", "4"])
     assert out == run / "analysis" and (out / "heads.csv").is_file() and (out / "locality.png").is_file()
     assert len(read_csv(out / "tracking.csv")) == 21
 
@@ -56,7 +49,7 @@ def test_default_output_keeps_the_tracking_history(fitted_run, tmp_path: Path) -
 def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> None:
     run = copy_run(fitted_run, tmp_path)
     reference = head_values(fitted_run.run_dir / "analysis")
-    out = analyze_main()([str(run / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "ckpt")])
+    out = load_script("analyze").main([str(run / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "ckpt")])
     assert torch.allclose(head_values(out), reference, atol=1e-4)
     assert len(read_csv(out / "tracking.csv")) == 21  # the history travels in the Lightning checkpoint
 
@@ -65,7 +58,7 @@ def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> N
     torch.save(ckpt, run / "checkpoints" / "compiled.ckpt")
     model, meta = load_model(run / "checkpoints" / "compiled.ckpt")
     assert meta.kind == "lightning" and meta.run_dir == run
-    out = analyze_main()([str(run / "checkpoints" / "compiled.ckpt"), "--out", str(tmp_path / "compiled")])
+    out = load_script("analyze").main([str(run / "checkpoints" / "compiled.ckpt"), "--out", str(tmp_path / "compiled")])
     assert torch.allclose(head_values(out), reference, atol=1e-4)
 
 
@@ -75,14 +68,14 @@ def test_model_pt_outside_its_run_folder(fitted_run, tmp_path: Path) -> None:
     _, meta = load_model(lonely)
     assert meta.run_dir is None and meta.rung == "patch4" and len(meta.classes) == 10
     # no config.yaml beside it: the rung's config is composed with the same overrides
-    out = analyze_main()([str(lonely), *fitted_run.overrides])
+    out = load_script("analyze").main([str(lonely), *fitted_run.overrides])
     assert out == tmp_path / "model-analysis"
     assert torch.allclose(head_values(out), head_values(fitted_run.run_dir / "analysis"), atol=1e-4)
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        analyze_main()(argv)
+        load_script("analyze").main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err

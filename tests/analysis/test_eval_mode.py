@@ -9,11 +9,11 @@ analyze.py must also analyse exactly the images they promise (the first N of a s
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from entry_points import load_script
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -171,13 +171,6 @@ def test_the_demo_export_runs_in_eval_mode_and_is_deterministic() -> None:
     assert first == attention_payload(stochastic_vit().eval(), images, labels)
 
 
-def analyze_main():
-    spec = importlib.util.spec_from_file_location("analyze_script", REPO / "scripts" / "analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path, monkeypatch) -> None:
     cfg = compose_rung(
         "stochastic_depth",
@@ -217,7 +210,7 @@ def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Pat
 
     load_model = checkpoint.load_model
     monkeypatch.setattr(checkpoint, "load_model", lambda path: (lambda m, meta: (m.train(), meta))(*load_model(path)))
-    out = analyze_main()(
+    out = load_script("analyze").main(
         [str(run), "--images", "6", "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "a")]
     )
     assert checkpoint.load_model is not load_model  # the script really read the model through the patch

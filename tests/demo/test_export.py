@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import stat
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from entry_points import load_script
 
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import load_model, load_run_config
@@ -78,15 +78,8 @@ def test_export_of_a_bare_model_pt_and_patch_8(make_run, tiny_data: list[str], t
     assert (codes.max(axis=-1) == 255).all()
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("export_demo_script", REPO / "scripts" / "export_demo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> None:
-    index = _script().main([str(demo_run), "--images", "2", "--out", str(tmp_path / "site")])
+    index = load_script("export_demo").main([str(demo_run), "--images", "2", "--out", str(tmp_path / "site")])
     assert index == tmp_path / "site" / "index.html"
     assert len(read_data_js(tmp_path / "site" / "data.js")["images"]) == 2
     assert index.resolve().as_uri() in capsys.readouterr().out
@@ -103,7 +96,7 @@ def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> No
 def test_script_reports_mistakes_in_one_line(demo_run: Path, tmp_path: Path, capsys, args, message) -> None:
     argv = [a.format(missing=tmp_path / "nope", run=demo_run) for a in args]
     with pytest.raises(SystemExit) as exit_info:
-        _script().main([*argv, "--out", str(tmp_path / "site")])
+        load_script("export_demo").main([*argv, "--out", str(tmp_path / "site")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
 
@@ -134,7 +127,7 @@ def test_a_checkpoint_with_a_pickle_payload_runs_nothing(make_run, tmp_path: Pat
     marker = tmp_path / "payload-ran"
     payload_checkpoint(model_pt, marker, torch.load(model_pt, weights_only=True))
     with pytest.raises(SystemExit) as exit_info:
-        _script().main([str(run), "--images", "2"])
+        load_script("export_demo").main([str(run), "--images", "2"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(f"error: {model_pt}: refused"), err
     assert not marker.exists() and not (run / "demo").exists()

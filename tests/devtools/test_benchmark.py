@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
+from entry_points import load_script
 
 from vitladder.devtools.benchmark import format_table, run_benchmark, settings_for
 
@@ -33,13 +33,6 @@ TINY_RUN = dict(
 )
 
 
-def load_script(repo_root):
-    spec = importlib.util.spec_from_file_location("bench_script", repo_root / "scripts" / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_benchmark_reports_every_figure():
     report = run_benchmark(["tiny"], "cpu", TINY_RUN, log=lambda _: None)
     assert report["device"] == "cpu" and set(report["widths"]) == {"tiny"}
@@ -65,7 +58,7 @@ def test_the_benchmark_reports_every_figure():
 
 def test_the_script_writes_the_json(tmp_path, repo_root, capsys):
     out = tmp_path / "bench.json"
-    bench = load_script(repo_root)
+    bench = load_script("bench")
     bench.main(
         [
             "--width",

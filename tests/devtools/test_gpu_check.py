@@ -3,7 +3,6 @@ to the GPU machine cover every import it makes that the machine lacks, and its p
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, packages_distributions, req
 from pathlib import Path
 
 import pytest
+from entry_points import load_script
 from packaging.requirements import Requirement
 
 from vitladder.devtools.gpu_check import RESERVE_S, Measured, choose, max_time, plan_epochs
@@ -204,13 +204,6 @@ def test_the_setting_that_trains_longest_is_chosen():
     assert choose({"eager": eager, "compiled": compiled}) == "compiled"
 
 
-def load_script(repo_root: Path):
-    spec = importlib.util.spec_from_file_location("script_gpu_check", repo_root / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -228,7 +221,7 @@ def test_mistakes_are_one_line_and_write_nothing(repo_root, tmp_path, capsys, ar
             pytest.skip("a GPU is here")
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        load_script(repo_root).main([*args, "--out", str(out)])
+        load_script("gpu_check").main([*args, "--out", str(out)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err
     assert not out.exists()
@@ -237,12 +230,12 @@ def test_mistakes_are_one_line_and_write_nothing(repo_root, tmp_path, capsys, ar
 def test_an_output_folder_with_files_is_refused(repo_root, tmp_path, capsys):
     (tmp_path / "gpu_check.json").write_text("{}")
     with pytest.raises(SystemExit):
-        load_script(repo_root).main(["--smoke", "--out", str(tmp_path)])
+        load_script("gpu_check").main(["--smoke", "--out", str(tmp_path)])
     assert "already holds files" in capsys.readouterr().err
 
 
 def test_missing_packages_name_the_wheels(repo_root, capsys, monkeypatch):
-    script = load_script(repo_root)
+    script = load_script("gpu_check")
     monkeypatch.setitem(script.NEEDED, "vitladder_no_such_module", "hydra-core")
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--smoke"])

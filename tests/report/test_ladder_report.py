@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from entry_points import load_script
 from PIL import Image
 
 from vitladder.analysis.outputs import layers_columns, read_csv, write_csv
@@ -154,13 +154,6 @@ def test_t_quantiles(df: int, expected: float) -> None:
 
 def test_mean_ci_single_value() -> None:
     assert mean_ci([3.0]) == (3.0, None)
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_report_script(tmp_path: Path, capsys) -> None:

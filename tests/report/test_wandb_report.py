@@ -3,11 +3,11 @@ built here without saving, every panel must read a key the project's runs really
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from entry_points import load_script
 
 from vitladder.training.wandb_run import report_run_id
 
@@ -107,9 +107,7 @@ def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monke
         monkeypatch.setenv("WANDB_API_KEY", api_key)
         monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    spec = importlib.util.spec_from_file_location("wandb_report_script", REPO / "scripts" / "wandb_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("wandb_report")
     with pytest.raises(SystemExit) as exit_info:
         module.main([str(smoke_ladder)])
     assert exit_info.value.code == 2

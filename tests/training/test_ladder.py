@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from entry_points import load_script
 from omegaconf import OmegaConf
 
 from vitladder.config import rung_names
@@ -103,13 +103,6 @@ def test_overwrite_retrains_a_changed_rung_and_skips_the_rest(tmp_path):
     assert trained == [], "keys outside the recipe change nothing: finished rungs are skipped, even with overwrite"
 
 
-def load_ladder_script(repo_root: Path):
-    spec = importlib.util.spec_from_file_location("script_ladder", repo_root / "scripts" / "ladder.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_ladder_estimated_beyond_a_day_stops_before_training(tmp_path):
     runs = plan_ladder([0], [f"output_root={tmp_path}"])
     trained = []
@@ -141,7 +134,7 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
     from vitladder.devtools import estimate
 
     monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: [500_000.0] * len(cfgs))
-    script = load_ladder_script(repo_root)
+    script = load_script("ladder")
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--data", "synthetic", f"output_root={tmp_path}"])
     err = capsys.readouterr().err

@@ -3,7 +3,6 @@ touches nothing; the lock of a killed holder is taken over."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from entry_points import load_script
 from tiny_data import tiny_data
 
 from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
@@ -79,9 +79,7 @@ def test_a_second_train_py_on_a_locked_rung_stops_and_a_dead_holders_lock_is_tak
 
 
 def test_a_ladder_stops_at_a_locked_rung_with_the_same_line(tmp_path, child_env, repo_root, capsys):
-    spec = importlib.util.spec_from_file_location("ladder_script", repo_root / "scripts" / "ladder.py")
-    ladder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ladder)
+    ladder = load_script("ladder")
     holder = hold(tmp_path / "smoke" / "patch8", child_env())
     try:
         with pytest.raises(SystemExit) as exit_info:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import shutil
 import sys
@@ -12,6 +11,7 @@ from types import SimpleNamespace
 
 import lightning as L
 import pytest
+from entry_points import load_script
 
 from vitladder.analysis.wandb_log import by_layer_charts
 from vitladder.training import run as run_module
@@ -26,13 +26,6 @@ def rung_run(ladder: Path, wandb_run_reader, rung: str = "patch4"):
     folders = sorted((ladder / rung / "wandb").glob("offline-run-*"))
     assert len(folders) == 1, folders
     return wandb_run_reader(folders[0])
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def every_offline_run(ladder: Path) -> list[Path]:
