@@ -25,6 +25,20 @@ def test_channel_stats_are_torchs_mean_and_std_per_channel_whatever_the_chunk() 
         assert torch.allclose(torch.tensor(stats.std, dtype=torch.float64), std, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize(
+    "images",
+    [
+        torch.zeros(2, 3, 4, 4),  # float: already scaled, or not images
+        torch.zeros(3, 4, 4, dtype=torch.uint8),  # one image without its batch dimension
+        torch.zeros(0, 3, 4, 4, dtype=torch.uint8),  # no image: no statistics
+    ],
+    ids=["float", "3-d", "empty"],
+)
+def test_channel_stats_refuses_what_is_not_a_batch_of_uint8_images(images) -> None:
+    with pytest.raises(ValueError, match=r"^expected \(N, C, H, W\) uint8 images with N > 0, got \("):
+        channel_stats(images)
+
+
 def test_a_channel_that_never_varies_keeps_a_scale_of_one() -> None:
     images = torch.full((4, 3, 2, 2), 51, dtype=torch.uint8)
     stats = channel_stats(images)

@@ -112,6 +112,18 @@ def test_either_alpha_turns_mixing_on(mixup_alpha: float, cutmix_alpha: float) -
     assert (mixup is None) == (mixup_alpha == cutmix_alpha == 0.0)
 
 
+def test_every_mixing_setting_reaches_timm() -> None:
+    # Values unlike timm's defaults, so a setting dropped on the way would show.
+    mixup = build_mixup(0.3, 0.6, prob=0.7, switch_prob=0.2, label_smoothing=0.15, num_classes=7)
+    assert (mixup.mixup_alpha, mixup.cutmix_alpha, mixup.mix_prob, mixup.switch_prob) == (0.3, 0.6, 0.7, 0.2)
+    assert (mixup.label_smoothing, mixup.num_classes, mixup.mode) == (0.15, 7, "batch")  # one draw per batch
+
+
+def test_accuracy_counts_the_datas_classes(tiny_cfg) -> None:
+    module = module_for(tiny_cfg("patch8", "model.depth=1"))
+    assert [metric.num_classes for metric in (module.train_acc, module.val_acc, module.test_acc)] == [K] * 3
+
+
 def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny_cfg) -> None:
     # last.ckpt's hyper_parameters rebuild the ViT when a Lightning checkpoint is analysed
     cfg = tiny_cfg("mixup_cutmix")

@@ -42,6 +42,8 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert OmegaConf.load(paths.overrides) == ["step=mixup_cutmix", "profile.epoch_scale=0.02"]
     assert OmegaConf.load(paths.config) == OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert summary == json.loads(paths.done.read_text()) and summary["epochs"] == 2
+    # The run's config reaches W&B and config.yaml from the project, not as Lightning's hparams dump.
+    assert not (paths.root / "hparams.yaml").exists()
 
     rows = list(csv.DictReader(paths.metrics_csv.open()))
     per_epoch = {}
