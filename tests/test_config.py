@@ -185,6 +185,7 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
         (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
         (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
         (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
+        (["data=../etc"], "data=../etc: no such choice (conf/data/../etc.yaml); choose one of cifar10, imagefolder"),
         (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
         (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
         (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),

@@ -70,7 +70,7 @@ def _missing_option(message: str) -> str:
     found = re.search(r"Could not find '([^']+)'", lines[0])
     if not found or not any(line.startswith("Available options") for line in lines):
         return lines[0]
-    group, _, option = found.group(1).rpartition("/")
+    group, _, option = found.group(1).partition("/")  # the groups are top-level: `data=../etc` is data
     start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
     options = [line for line in lines[start + 1 :] if " " not in line and "=" not in line]
     return f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(options)}"
