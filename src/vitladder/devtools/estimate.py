@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 
 import torch
@@ -37,7 +38,18 @@ def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
     return time_steps(step, warmup=1, steps=2, device=torch.device(device)) / batch
 
 
-def estimate_run_seconds(cfg: DictConfig, num_train: int, num_val: int, num_test: int) -> float:
+@dataclass(frozen=True)
+class DataShape:
+    """What the estimate needs of a run's data: the images each split holds, their side and the classes."""
+
+    num_train: int
+    num_val: int
+    num_test: int
+    image_size: int
+    num_classes: int
+
+
+def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
     device = "cuda" if torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda") else "cpu"
     vit = ViTConfig(
         patch_size=int(cfg.model.patch_size),
@@ -45,16 +57,18 @@ def estimate_run_seconds(cfg: DictConfig, num_train: int, num_val: int, num_test
         depth=int(cfg.model.depth),
         num_heads=int(cfg.model.num_heads),
         mlp_ratio=float(cfg.model.mlp_ratio),
+        img_size=data.image_size,
+        num_classes=data.num_classes,
     )
     per_image = seconds_per_image(vit, int(cfg.data.batch_size), device)
     epochs, _ = scaled_epochs(cfg)
-    images = epochs * (num_train + EVAL_COST * num_val) + EVAL_COST * num_test
+    images = epochs * (data.num_train + EVAL_COST * data.num_val) + EVAL_COST * data.num_test
     return images * per_image + RUN_OVERHEAD_S
 
 
-def split_sizes(cfg: DictConfig) -> tuple[int, int, int]:
-    """(train, val, test) image counts of a run's data, loading (or downloading) it: the process keeps it for
-    the runs that follow (data.sources.load)."""
+def data_shape(cfg: DictConfig) -> DataShape:
+    """The shape of a run's data, loading (or downloading) it: the process keeps it for the runs that follow
+    (data.sources.load)."""
     from vitladder.data import sources
 
     splits = sources.load(cfg.data)
@@ -65,15 +79,15 @@ def split_sizes(cfg: DictConfig) -> tuple[int, int, int]:
     num_test = len(splits.test_labels)
     if cfg.data.test_subset:
         num_test = min(num_test, int(cfg.data.test_subset))
-    return num_train, num_val, num_test
+    return DataShape(num_train, num_val, num_test, splits.image_size, splits.num_classes)
 
 
 def estimate_ladder(cfgs: Sequence[DictConfig]) -> list[float]:
-    sizes = {}
+    shapes: dict[str, DataShape] = {}
     estimates = []
     for cfg in cfgs:
         key = str(cfg.data)
-        if key not in sizes:
-            sizes[key] = split_sizes(cfg)
-        estimates.append(estimate_run_seconds(cfg, *sizes[key]))
+        if key not in shapes:
+            shapes[key] = data_shape(cfg)
+        estimates.append(estimate_run_seconds(cfg, shapes[key]))
     return estimates
