@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitladder.cli import reports_user_errors
+from vitladder.cli import LADDER_DIR_HELP, ladder_folder, reports_user_errors
 
 
 @reports_user_errors
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("ladder_dir", type=Path, help="e.g. outputs/full: holds one folder per rung")
+    parser.add_argument("ladder_dir", type=Path, help=LADDER_DIR_HELP)
     parser.add_argument("--wandb-mode", default="auto", help="auto (online when logged in), online, offline, disabled")
     parser.add_argument("--project", default=None, help="W&B project (default: the runs' wandb.project)")
     parser.add_argument("--entity", default=None, help="W&B entity (default: yours)")
@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> Path:
     from vitladder.training.wandb_run import check_wandb_mode
 
     check_wandb_mode(args.wandb_mode, source="--wandb-mode")  # before the report is written
-    if not args.ladder_dir.is_dir():
-        raise UserError(f"{args.ladder_dir}: no such ladder folder (train one with `make ladder`)")
+    ladder_folder(args.ladder_dir)
     results = collect(args.ladder_dir)
     if not results:
         raise UserError(f"{args.ladder_dir}: no finished rung (no <rung>/done.json) to report on yet")

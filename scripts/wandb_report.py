@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitladder.cli import reports_user_errors
+from vitladder.cli import LADDER_DIR_HELP, ladder_folder, reports_user_errors
 
 URL_FILE = "wandb_report_url.txt"
 
@@ -20,7 +20,7 @@ URL_FILE = "wandb_report_url.txt"
 @reports_user_errors
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("ladder_dir", type=Path, help="e.g. outputs/full: holds one folder per rung")
+    parser.add_argument("ladder_dir", type=Path, help=LADDER_DIR_HELP)
     parser.add_argument("--project", default=None, help="W&B project (default: the runs' wandb.project)")
     parser.add_argument("--entity", default=None, help="W&B entity (default: the runs' wandb.entity, else yours)")
     args = parser.parse_args(argv)
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> str:
     from vitladder.report.ladder_report import collect
     from vitladder.training.wandb_run import api_key, base_url, server_problem
 
-    if not args.ladder_dir.is_dir():
-        raise UserError(f"{args.ladder_dir}: no such ladder folder (train one with `make ladder`)")
+    ladder_folder(args.ladder_dir)
     results = collect(args.ladder_dir)
     if not results:
         raise UserError(f"{args.ladder_dir}: no finished rung (no <rung>/done.json) to report on yet")

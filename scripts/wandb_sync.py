@@ -13,20 +13,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vitladder.cli import reports_user_errors
+from vitladder.cli import LADDER_DIR_HELP, ladder_folder, reports_user_errors
 
 
 @reports_user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("ladder_dir", type=Path, help="e.g. outputs/full: holds one folder per rung")
+    parser.add_argument("ladder_dir", type=Path, help=LADDER_DIR_HELP)
     args = parser.parse_args(argv)
 
     from vitladder.errors import UserError
     from vitladder.training.wandb_run import offline_runs
 
-    if not args.ladder_dir.is_dir():
-        raise UserError(f"{args.ladder_dir}: no such ladder folder (train one with `make ladder`)")
+    ladder_folder(args.ladder_dir)
     runs = offline_runs(args.ladder_dir)
     if not runs:
         raise UserError(f"{args.ladder_dir}: no offline W&B run to upload (online runs are uploaded as they log)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from vitladder.config import check_rung, compose_config, is_step_override, rung_names
@@ -63,6 +64,16 @@ def check_command_line(argv: Sequence[str]) -> None:
             jobs = []  # a sweep this expansion does not know (ranges, another sweeper): each job validates itself
     for job in jobs:
         compose_config(job)  # no rung: require_rung says so once Hydra has composed the config
+
+
+LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
+
+
+def ladder_folder(path: Path) -> Path:
+    """The ladder folder a script was given (``ladder_dir``, help ``LADDER_DIR_HELP``), or a one-line error."""
+    if not path.is_dir():
+        raise UserError(f"{path}: no such ladder folder (train one with `make ladder`)")
+    return path
 
 
 def require_rung(rung: str) -> None:
