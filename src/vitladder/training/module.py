@@ -183,7 +183,8 @@ class RecipeModule(L.LightningModule):
         warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
         scheduler = CosineLRScheduler(
             optimizer,
-            t_initial=total_steps - warmup_steps,
+            # Step k trains at the schedule's value for k (0-based): the cosine reaches min_lr on the last step.
+            t_initial=max(1, total_steps - warmup_steps - 1),
             lr_min=optim["min_lr"],
             warmup_t=warmup_steps,
             warmup_lr_init=optim["warmup_start_lr"],
@@ -198,7 +199,8 @@ class RecipeModule(L.LightningModule):
         batches = int(self.hparams.steps_per_epoch)
         limit = self.trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
-        return max(1, batches // self.trainer.accumulate_grad_batches)
+        # Lightning also steps on an epoch's last batch when it ends an accumulation early: round up.
+        return max(1, -(-batches // self.trainer.accumulate_grad_batches))
 
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
         # timm schedulers are driven by the update count, not by epochs.
