@@ -187,7 +187,7 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
         (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
         (["data=../etc"], "data=../etc: no such choice (conf/data/../etc.yaml); choose one of cifar10, imagefolder"),
         (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
-        (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
+        (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 0 (0: no validation"),
         (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
         (
             ["wandb.mode=bogus"],

@@ -34,9 +34,12 @@ def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], 
     )
 
 
-def final_val_acc(trainer: L.Trainer, paths: RunPaths) -> float:
-    """The last validation accuracy; a run resumed after its last epoch validated nothing this time, so
-    its value is the one metrics.csv logged before the interruption."""
+def final_val_acc(trainer: L.Trainer, paths: RunPaths, validated: bool = True) -> float | None:
+    """The last validation accuracy (None without a validation split: ``validated`` False); a run resumed
+    after its last epoch validated nothing this time, so its value is the one metrics.csv logged before the
+    interruption."""
+    if not validated:
+        return None
     val_acc = trainer.callback_metrics.get("val/acc")
     if val_acc is None:
         val_acc = last_logged(paths.metrics_csv, "val/acc")
@@ -46,7 +49,7 @@ def final_val_acc(trainer: L.Trainer, paths: RunPaths) -> float:
 def rung_summary(
     cfg: DictConfig,
     trainer: L.Trainer,
-    val_acc: float,
+    val_acc: float | None,
     test_metrics: dict,
     analysis: AttentionSummary | None,
     started: float,
@@ -74,7 +77,8 @@ def write_results(
     """On the global-zero process. done.json comes last: its presence means every other output is complete."""
     save_model(module, paths, classes, cfg)
     if wandb_logger is not None:
-        wandb_logger.experiment.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+        accuracies = {"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]}
+        wandb_logger.experiment.summary.update({k: v for k, v in accuracies.items() if v is not None})
         log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
         wandb_logger.experiment.finish()
     write_json(paths.done, summary)
