@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -89,6 +90,35 @@ def test_smoke_profile_keeps_the_shape_and_shrinks_the_rest():
     assert scaled_epochs(compose_rung("patch8", ["profile=smoke"]))[0] == 1
     assert compose_rung("patch8", ["profile=smoke", "data=cifar10"]).data.source == "cifar10"
     assert smoke.run_dir == "outputs/smoke/epochs200"
+
+
+SMOKE_SENTENCE = re.compile(
+    r"`smoke` \(same (?P<depth>\d+) × (?P<heads>\d+) shape at width (?P<width>\d+),\s+(?P<percent>\d+)% of each "
+    r"rung's epochs — (?P<first>\d+) epochs?, (?P<top>\d+) for `epochs200` — on (?P<train>[\d,]+) synthetic "
+    r"training images,\s+(?P<val>[\d,]+) validation images and (?P<test>[\d,]+) test images"
+)
+
+
+def test_the_readmes_smoke_figures_are_conf_profile_smoke_yaml(repo_root):
+    readme = " ".join((repo_root / "README.md").read_text().split())  # one line: sentences wrap anywhere
+    said = SMOKE_SENTENCE.search(readme)
+    assert said, "the README describes the smoke profile in one sentence (SMOKE_SENTENCE)"
+    figures = {key: int(value.replace(",", "")) for key, value in said.groupdict().items()}
+    first, top = compose_rung("patch8", ["profile=smoke"]), compose_rung("epochs200", ["profile=smoke"])
+    assert figures == {
+        "depth": first.model.depth,
+        "heads": first.model.num_heads,
+        "width": first.model.embed_dim,
+        "percent": round(100 * first.profile.epoch_scale),
+        "first": first.trainer.max_epochs,
+        "top": top.trainer.max_epochs,
+        "train": first.data.train_subset,
+        "val": first.data.val_size,
+        "test": first.data.test_subset,
+    }
+    analysed = re.search(r"over the first ([\d,]+) test images \(([\d,]+) on the smoke profile\)", readme)
+    assert analysed and int(analysed[2]) == first.analysis.num_images
+    assert int(analysed[1].replace(",", "")) == compose_rung("patch8", []).analysis.num_images
 
 
 def test_seeds_other_than_zero_get_their_own_folder():
