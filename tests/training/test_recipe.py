@@ -240,7 +240,7 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
 def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, steps) -> None:
     module = module_for(compose_rung("patch8", ["profile=smoke", "model.depth=1"]))
     attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)
-    assert module._steps_per_epoch() == steps
+    assert module.optimizer_steps_per_epoch() == steps
 
 
 def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:

@@ -69,7 +69,8 @@ class ImageDataModule(L.LightningDataModule):
 
     Batches come from `DeviceBatches` (crop, flip and normalisation as batched tensor ops), so no
     DataLoader workers are needed and the GPU never waits on Python for data. After `setup`: `classes`,
-    `num_classes`, `image_size`, `stats` (the source's, else the training split's) and `steps_per_epoch`.
+    `num_classes`, `image_size`, `stats` (the source's, else the training split's), `steps_per_epoch` and
+    `facts()`.
     """
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
@@ -79,6 +80,7 @@ class ImageDataModule(L.LightningDataModule):
         self.classes: tuple[str, ...] = ()
         self.image_size = 0
         self.stats: ChannelStats | None = None
+        self.origin, self.official_test_order = sources.OTHER, False
         self.train: Split | None = None
         self.val: Split | None = None
         self.test: Split | None = None
@@ -122,6 +124,18 @@ class ImageDataModule(L.LightningDataModule):
         self.classes, self.image_size = splits.classes, splits.image_size
         self.stats = splits.stats or channel_stats(train.images)  # the images that train
         self.train, self.val, self.test = train, val, test
+        self.origin, self.official_test_order = splits.origin, splits.official_test_order
+
+    def facts(self) -> dict:
+        """What the run's data are, for done.json and every report: the pixels (sources.ImageSplits.origin), the
+        images of each split, and whether the test images are in the official order or a seeded sample."""
+        return {
+            "data": self.origin,
+            "train_images": len(self.train.labels),
+            "val_images": len(self.val.labels),
+            "test_images": len(self.test.labels),
+            "test_order": "official" if self.official_test_order else "seeded",
+        }
 
     def _rank(self) -> tuple[int, int]:
         if self.trainer is None:

@@ -32,6 +32,7 @@ from vitladder.devtools.benchmark import BenchSettings, time_project
 from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import build_report
+from vitladder.report.setting import analysed, differences, epochs_text
 from vitladder.run_folder import RunPaths
 from vitladder.training.run import train_rung
 
@@ -230,8 +231,9 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
 
     since = time.perf_counter()
     report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
+    shown = ("distance_px", "distance_drop_px", "entropy_nats")
     layers = [
-        {"layer": int(r["layer"]), "distance_px": float(r["distance_px"]), "entropy_nats": float(r["entropy_nats"])}
+        {"layer": int(r["layer"]), **{key: float(r[key]) for key in shown}}
         for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)
     ]
     reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
@@ -268,28 +270,36 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
             "setting": setting,
             "epochs_planned": epochs,
             "epochs_of_recipe": full_epochs,
-            "epochs_trained": int(summary["epochs"]),
+            "epochs_trained": summary["epochs"],  # a fraction when max_time stopped the last epoch part way
+            "warmup_epochs": scaled_epochs(cfg)[1],  # shortened with the schedule
+            "warmup_epochs_of_recipe": scaled_epochs(base)[1],
             "max_time": max_time(train_s),
-            "steps_planned": epochs * (num_train // int(base.data.batch_size)),
+            "steps_planned": epochs * summary["steps_per_epoch"],
             "steps_trained": summary["steps"],
-            "data": options.data,
+            "source": options.data,
+            "data": summary["data"],
             "train_images": num_train,
             "val_images": num_val,
+            "test_images": summary["test_images"],
         },
         "test_acc": summary["test_acc"],
         "val_acc": summary["val_acc"],
         "analysis": {
             "images": summary.get("analysis_images"),
+            "analysed": analysed(summary),
             "layers": layers,
             "layer1_distance_px": summary.get("layer1_distance_px"),
             "uniform_distance_px": summary.get("uniform_distance_px"),
             "layer1_entropy_nats": summary.get("layer1_entropy_nats"),
+            "layer1_distance_drop_px": summary.get("layer1_distance_drop_px"),
+            "uniform_distance_drop_px": summary.get("uniform_distance_drop_px"),
         },
         "reference": {
             "test_acc": reference["test_acc"],
-            "epochs": int(base.optim.epochs),
+            "epochs": reference["epochs"],
             "layer1_distance_px": reference["layer1_distance_px"],
         },
+        "differs": differences(summary, reference["epochs"]),  # from the article's setting, in words
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     clock.phase("report", since)
@@ -324,16 +334,22 @@ def markdown(r: dict, report_name: str) -> str:
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
         f"{'met' if r['targets']['met'] else 'not met'}).",
         "",
-        f"`{t['rung']}` on {t['train_images']:,} training images ({t['data']}): {t['epochs_trained']} of "
-        f"{t['epochs_of_recipe']} epochs ({t['steps_trained']:,} of {t['steps_planned']:,} planned steps, "
-        f"{t['setting']}): test accuracy **{r['test_acc']:.1%}** "
-        f"(reference, {r['reference']['epochs']} epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
-        f"**{a['layer1_distance_px']:.1f} px** over {a['images']} test images (reference "
-        f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).",
+        f"`{t['rung']}` trained {epochs_text({'epochs': t['epochs_trained']})} of the {t['epochs_planned']} epochs "
+        f"that fit the budget ({t['steps_trained']:,} of {t['steps_planned']:,} optimizer steps, {t['setting']}; "
+        f"{schedule(t)}) on {t['train_images']:,} training images of {t['data']} (`{t['source']}`): "
+        f"test accuracy **{r['test_acc']:.1%}** over "
+        f"{t['test_images']:,} test images; layer-1 distance **{a['layer1_distance_px']:.1f} px** (uniform "
+        f"{a['uniform_distance_px']:.1f} px; CLS dropped: {a['layer1_distance_drop_px']:.1f} px, uniform "
+        f"{a['uniform_distance_drop_px']:.2f} px) over {a['analysed']} test images.",
         "",
-        "| layer | distance (px) | entropy (nats) |",
-        "|---|---|---|",
-        *(f"| {row['layer']} | {row['distance_px']:.2f} | {row['entropy_nats']:.3f} |" for row in a["layers"]),
+        comparison(r),
+        "",
+        "| layer | distance (px) | distance, CLS dropped (px) | entropy (nats) |",
+        "|---|---|---|---|",
+        *(
+            f"| {row['layer']} | {row['distance_px']:.2f} | {row['distance_drop_px']:.2f} | {row['entropy_nats']:.3f} |"
+            for row in a["layers"]
+        ),
         "",
         "![distance per layer](distance_by_layer.png)",
         "",
@@ -342,3 +358,28 @@ def markdown(r: dict, report_name: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def schedule(t: dict) -> str:
+    """The learning-rate schedule the check trained: the recipe's, or shortened to fit the budget."""
+    if t["epochs_planned"] == t["epochs_of_recipe"]:
+        return "the recipe's whole schedule"
+    return (
+        f"the recipe's {t['epochs_of_recipe']}-epoch schedule shortened to fit, warmup included: "
+        f"{t['warmup_epochs']:g} warmup epochs, not {t['warmup_epochs_of_recipe']:g}"
+    )
+
+
+def comparison(r: dict) -> str:
+    """Whether the check's run can be read beside the article's figures, and if not, why."""
+    ref = r["reference"]
+    figures = f"{ref['test_acc']:.1%} and {ref['layer1_distance_px']} px after {ref['epochs']} epochs"
+    t = r["train"]
+    differs = [*r["differs"], *(["a shortened schedule"] if t["epochs_planned"] < t["epochs_of_recipe"] else [])]
+    if not differs:
+        return f"The article's setting: its figures, {figures}, compare directly."
+    return (
+        f"**Not the article's setting, so not comparable with its figures** ({figures}): "
+        + "; ".join(differs)
+        + ". This check measures the machine; the ladder (`make ladder`) is what reproduces the article."
+    )

@@ -178,7 +178,7 @@ class RecipeModule(L.LightningModule):
             betas=tuple(optim["betas"]),
             **optimizer_kwargs(self.device),
         )
-        steps_per_epoch = self._steps_per_epoch()
+        steps_per_epoch = self.optimizer_steps_per_epoch()
         total_steps = steps_per_epoch * self.hparams.max_epochs
         warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
         scheduler = CosineLRScheduler(
@@ -193,7 +193,8 @@ class RecipeModule(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    def _steps_per_epoch(self) -> int:
+    def optimizer_steps_per_epoch(self) -> int:
+        """Optimizer steps in one whole epoch: what the schedule is sized by, and what done.json counts epochs in."""
         # Given by the data, not trainer.estimated_stepping_batches: that starts iterating the training data
         # before a checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
         batches = int(self.hparams.steps_per_epoch)

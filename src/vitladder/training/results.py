@@ -46,6 +46,13 @@ def final_val_acc(trainer: L.Trainer, paths: RunPaths, validated: bool = True) -
     return float(val_acc)
 
 
+def epochs_trained(steps: int, steps_per_epoch: int) -> int | float:
+    """Epochs trained, counted in optimizer steps: a whole number, or a fraction when trainer.max_time stopped the
+    last epoch part way (Lightning counts that epoch as finished)."""
+    whole, rest = divmod(steps, steps_per_epoch)
+    return whole if rest == 0 else round(steps / steps_per_epoch, 2)
+
+
 def rung_summary(
     cfg: DictConfig,
     trainer: L.Trainer,
@@ -53,14 +60,20 @@ def rung_summary(
     test_metrics: dict,
     analysis: AttentionSummary | None,
     started: float,
+    data: dict | None = None,
 ) -> dict:
-    """done.json's content: the rung's identity, its training length, accuracies and headline attention numbers."""
+    """done.json's content: the rung's identity, what it trained (epochs and optimizer steps, planned and done,
+    and ``data``: ImageDataModule.facts()), accuracies and headline attention numbers."""
+    steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
     summary = {
         "rung": cfg.rung,
         "ladder": cfg.ladder,
         "seed": int(cfg.seed),
-        "epochs": trainer.current_epoch,
-        "steps": trainer.global_step,  # fewer than epochs x steps per epoch when trainer.max_time stopped it
+        "epochs": epochs_trained(steps, per_epoch),
+        "epochs_planned": trainer.max_epochs,
+        "steps": steps,
+        "steps_per_epoch": per_epoch,
+        **(data or {}),
         "test_acc": float(test_metrics["test/acc"]),
         "test_loss": float(test_metrics["test/loss"]),
         "val_acc": val_acc,
