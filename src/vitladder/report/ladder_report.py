@@ -231,7 +231,8 @@ def _setup_line(results: list[RungResult]) -> str:
     line = "Setup: " + ("; ".join(sorted(seen)) if seen else "unknown (no config.yaml in the run folders)") + "."
     if any(r.setting()["differs"] != "no" for r in results):
         line += (
-            " Not the article's setting (the last column says how): compare the shape of the numbers, not their values."
+            " Not the article's setting (the column *not as in the article* says how): compare the shape of the"
+            " numbers, not their values."
         )
     return line
 
