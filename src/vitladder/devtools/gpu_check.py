@@ -1,6 +1,6 @@
 """One prepared check of a GPU machine, within a budget of seconds, with the project's own code throughout:
 
-1. **benchmark**: the top rung's training step at its batch (512) and precision (bf16-mixed on CUDA), eager and
+1. **benchmark**: the top rung's training step at its batch (128) and precision (bf16-mixed on CUDA), eager and
    ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes;
 2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed fits
    into what is left of the budget (``profile.epoch_scale`` shortens the schedule, warmup included), with
