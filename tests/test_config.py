@@ -121,6 +121,21 @@ def test_the_readmes_smoke_figures_are_conf_profile_smoke_yaml(repo_root):
     assert int(analysed[1].replace(",", "")) == compose_rung("patch8", []).analysis.num_images
 
 
+CHOSEN = re.compile(r"^\| `(?P<key>[a-z_]+\.[a-z_]+)`[^|]*\| \**(?P<value>\(?[0-9][0-9.e,\- ]*\)?)", re.MULTILINE)
+
+
+def test_docs_recipe_md_gives_the_values_conf_holds(repo_root):
+    """docs/recipe.md's table of the values chosen is the top rung's composed recipe (the full profile)."""
+    chosen = {m["key"]: m["value"].strip(" ,") for m in CHOSEN.finditer((repo_root / "docs/recipe.md").read_text())}
+    assert len(chosen) == 8, chosen  # every row but mixup.*, whose values are words
+    top = compose_rung("epochs200", [])
+    for key, value in chosen.items():
+        numbers = [float(n.replace(",", "")) for n in re.findall(r"[0-9][0-9.e\-,]*[0-9]|[0-9]", value)]
+        stored = OmegaConf.select(top, key)
+        assert numbers == (list(stored) if key == "optim.betas" else [stored]), key
+    assert (top.mixup.mixup_alpha, top.mixup.cutmix_alpha, top.mixup.prob) == (0.8, 1.0, 1.0)
+
+
 def test_seeds_other_than_zero_get_their_own_folder():
     assert compose_rung("warmup", ["seed=0"]).run_dir == "outputs/full/warmup"
     assert compose_rung("warmup", ["seed=1"]).run_dir == "outputs/full/warmup-seed1"
