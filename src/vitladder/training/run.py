@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,7 +80,8 @@ def _placement(cfg: DictConfig) -> dict:
 
 def world_size(cfg: DictConfig) -> int:
     """How many processes the run will train on, read from a trainer that is built and dropped (no process
-    starts), so that a batch that does not split over them fails before anything is written."""
+    starts), so that a batch that does not split over them, or a strategy that would lose the run's state,
+    fails before anything is written."""
     quiet = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # its device lines come with the real one
     level = quiet.level
     quiet.setLevel(logging.WARNING)
@@ -96,6 +98,14 @@ def world_size(cfg: DictConfig) -> int:
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
     finally:
         quiet.setLevel(level)
+    # The spawn and fork launchers (ddp_spawn, ddp_fork, ddp_notebook and their variants) fit in processes of
+    # their own and hand back the weights only: the epochs, steps and analysis of the rung's summary stay there.
+    # A private class of Lightning's: test_multi_device pins which strategies it refuses.
+    if isinstance(probe.strategy.launcher, _MultiProcessingLauncher):
+        raise UserError(
+            f"trainer.strategy={cfg.trainer.strategy} trains in processes that keep the run's epochs, steps and "
+            "analysis to themselves: use trainer.strategy=ddp (Lightning then runs the command once per device)"
+        )
     return probe.world_size
 
 
