@@ -181,3 +181,17 @@ def test_an_unavailable_accelerator_is_one_line():
     with pytest.raises(UserError) as info:
         world_size(compose_rung("patch8", ["trainer.accelerator=gpu"]))
     assert "trainer.accelerator=gpu" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_spawn_find_unused_parameters_true", "ddp_fork", "ddp_notebook"])
+def test_a_strategy_that_trains_in_spawned_processes_is_refused_before_anything_is_written(
+    tiny_cfg, tmp_path, strategy
+):
+    """Lightning's spawn and fork launchers hand back the weights only: the run's summary would read 0 epochs."""
+    cfg = tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=2", f"trainer.strategy={strategy}")
+    with pytest.raises(UserError) as info:
+        train_rung(cfg)
+    message = str(info.value)
+    assert message.startswith(f"trainer.strategy={strategy} ") and "use trainer.strategy=ddp" in message
+    assert "\n" not in message and list(tmp_path.iterdir()) == []
+    assert world_size(tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp")) == 2

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,7 +22,8 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule
+from vitladder.training.module import RecipeModule, TrainingDiverged
+from vitladder.training.ranks import started_for_another_rank
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.training.resume import checkpoint_epoch, prune_metrics
@@ -79,7 +81,8 @@ def _placement(cfg: DictConfig) -> dict:
 
 def world_size(cfg: DictConfig) -> int:
     """How many processes the run will train on, read from a trainer that is built and dropped (no process
-    starts), so that a batch that does not split over them fails before anything is written."""
+    starts), so that a batch that does not split over them, or a strategy that would lose the run's state,
+    fails before anything is written."""
     quiet = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # its device lines come with the real one
     level = quiet.level
     quiet.setLevel(logging.WARNING)
@@ -96,6 +99,14 @@ def world_size(cfg: DictConfig) -> int:
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
     finally:
         quiet.setLevel(level)
+    # The spawn and fork launchers (ddp_spawn, ddp_fork, ddp_notebook and their variants) fit in processes of
+    # their own and hand back the weights only: the epochs, steps and analysis of the rung's summary stay there.
+    # A private class of Lightning's: test_multi_device pins which strategies it refuses.
+    if isinstance(probe.strategy.launcher, _MultiProcessingLauncher):
+        raise UserError(
+            f"trainer.strategy={cfg.trainer.strategy} trains in processes that keep the run's epochs, steps and "
+            "analysis to themselves: use trainer.strategy=ddp (Lightning then runs the command once per device)"
+        )
     return probe.world_size
 
 
@@ -145,6 +156,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     last.ckpt in the same W&B run, only under the same recipe (replaces_old_run). done.json is
     written last, so its presence means finished.
     One process per rung: the folder's lock is held from config.yaml to done.json (training/lock.py).
+    On several devices only rank 0 writes; the other ranks train beside it (training/ranks.py).
     """
     paths = RunPaths(Path(cfg.run_dir))
     replace = replaces_old_run(cfg)
@@ -157,6 +169,8 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
     check_patch_size(int(cfg.model.patch_size), datamodule.image_size)
+    if started_for_another_rank():
+        return _train_beside_rank_zero(cfg, paths, datamodule, started, replace)
     if replace:
         set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
@@ -165,7 +179,25 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
             raise UserError(f"{paths.root} changed while this run loaded its data: run the same command again")
         if paths.done.exists():  # finished by the process that held the lock a moment ago
             return read_summary(paths.root)
-        return _train_locked(cfg, paths, datamodule, started, overrides)
+        for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
+            log.info("removed %s, left by an interrupted write", leftover)
+        write_run_config(paths, cfg, overrides)
+        return _fit_and_test(cfg, paths, datamodule, started, resume_checkpoint(paths))
+
+
+def _train_beside_rank_zero(
+    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, replace: bool
+) -> dict:
+    """A rank other than 0 trains the rung with rank 0 and writes nothing. It resumes as rank 0 does, from the
+    same files: before it trains, rank 0 changes none that this reads, except moving a run of another recipe
+    aside, after which both start afresh. Each rank reads last.ckpt itself (Lightning's resume)."""
+    resume_from = None if replace or not paths.last_ckpt.exists() else str(paths.last_ckpt)
+    try:
+        return _fit_and_test(cfg, paths, datamodule, started, resume_from)
+    except TrainingDiverged:
+        # Every rank stops at the same epoch end (the loss is averaged over the ranks) and rank 0 says why, once.
+        # Ending quietly keeps Lightning's process watcher from killing rank 0 while it closes its W&B run.
+        raise SystemExit(0) from None
 
 
 def set_aside(paths: RunPaths) -> None:
@@ -176,18 +208,14 @@ def set_aside(paths: RunPaths) -> None:
     log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, moved)
 
 
-def _train_locked(
-    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, overrides: list[str] | None
+def _fit_and_test(
+    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, resume_from: str | None
 ) -> dict:
-    """Everything that writes into the run folder, run while this process holds its lock."""
-    for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
-        log.info("removed %s, left by an interrupted write", leftover)
-    write_run_config(paths, cfg, overrides)
-    resume_from = resume_checkpoint(paths)
-
+    """Fits (from ``resume_from``, a last.ckpt, or afresh), tests and analyses the rung, on every rank; rank 0,
+    which holds the folder's lock, logs to W&B and writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
+    wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
     csv_logger = MetricsLogger(paths.root)
     # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
     checkpoint = ModelCheckpoint(
