@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,7 +17,7 @@ from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
-from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
 from vitladder.training.module import RecipeModule
@@ -189,8 +188,10 @@ def _train_locked(
     module = build_module(cfg, datamodule)
     wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
     csv_logger = MetricsLogger(paths.root)
-    # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
-    checkpoint = ModelCheckpoint(
+    # Saved at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the divergence check,
+    # atomically (AtomicCheckpointIO).
+    checkpoint = SpacedCheckpoint(
+        min_interval_s=float(cfg.checkpoint.min_interval_s),
         dirpath=str(paths.checkpoints),
         filename=paths.last_ckpt.stem,
         enable_version_counter=False,
