@@ -168,22 +168,29 @@ def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings)
     """Seconds per steady-state training step of the project's Lightning path."""
     module = build_module(cfg, datamodule)
     clock = StepClock(s.warmup, s.steps, torch.device(s.device))
-    trainer = L.Trainer(
+    # The last batch only stops the clock.
+    trainer = _trainer(cfg, s, _StepClockCallback(clock), limit_train_batches=s.warmup + s.steps + 1)
+    trainer.fit(module, datamodule=datamodule)
+    return clock.seconds_per_step()
+
+
+def _trainer(cfg: DictConfig, s: BenchSettings, callback: L.Callback, **limits) -> L.Trainer:
+    """One epoch of the project's path on one device, quiet: no logger, checkpoint callback or sanity steps;
+    checkpoints (if asked for) written as a run writes them."""
+    return L.Trainer(
         accelerator=s.device,
         devices=1,
         precision=cfg.trainer.precision,
         max_epochs=1,
-        limit_train_batches=s.warmup + s.steps + 1,  # the last batch only stops the clock
-        limit_val_batches=0,
+        **{"limit_val_batches": 0, **limits},
         num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[_StepClockCallback(clock)],
+        callbacks=[callback],
+        plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule)
-    return clock.seconds_per_step()
 
 
 class _CountSteps(L.Callback):
@@ -215,29 +222,14 @@ def time_loop_costs(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettin
     MiB of one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO:
     a temporary file beside it, fsynced, renamed)."""
     module = build_module(cfg, datamodule)
-
-    def trainer(callbacks: list, **limits) -> L.Trainer:
-        return L.Trainer(
-            accelerator=s.device,
-            devices=1,
-            precision=cfg.trainer.precision,
-            max_epochs=1,
-            num_sanity_val_steps=0,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
-            **limits,
-        )
-
     with HostSyncs(cuda=s.device == "cuda") as syncs:
         counter = _CountSteps(syncs, s.warmup, s.steps)
-        fitted = trainer([counter], limit_train_batches=s.warmup + s.steps + 1, limit_val_batches=0)
+        fitted = _trainer(cfg, s, counter, limit_train_batches=s.warmup + s.steps + 1)
         fitted.fit(module, datamodule=datamodule)
         train = syncs.total, syncs.cuda
-        trainer([counter], limit_val_batches=EVAL_STEPS + 1).validate(module, datamodule=datamodule, verbose=False)
+        _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1).validate(
+            module, datamodule=datamodule, verbose=False
+        )
         evaluate = syncs.total - train[0], None if syncs.cuda is None else syncs.cuda - train[1]
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".bench-checkpoint-") as tmp:
