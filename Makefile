@@ -9,7 +9,7 @@ FLOORS_PY := $(FLOORS_VENV)/bin/python
 FLOORS_STAMP := $(FLOORS_VENV)/.installed
 # make test-floors: the fast tests that meet the libraries (Lightning's loop, checkpoints and loggers, timm's model,
 # Mixup and attention, torchmetrics, Hydra and OmegaConf, W&B and its Reports, Pillow, matplotlib, filelock, the
-# command lines' one-line errors): about 4 minutes on 2 quiet cores; the rest of the suite is the project's own maths.
+# command lines' one-line errors): about half of the fast tests' time; the rest is the project's own maths.
 FLOORS_TESTS = tests/test_config.py tests/test_cli.py tests/test_output_errors.py tests/training/test_module.py \
 	tests/training/test_checkpoint_io.py tests/training/test_lock.py tests/training/test_recipe.py \
 	tests/training/test_metrics_csv.py tests/training/test_wandb_run.py tests/report tests/analysis/test_capture.py \
