@@ -177,6 +177,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("loss.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
     ("optim.epochs", lambda v: v >= 1, "at least 1", "100"),
     ("checkpoint.every_n_epochs", lambda v: v >= 0, "0 (no checkpoint) or more", "1"),
+    ("checkpoint.min_interval_s", lambda v: v >= 0, "0 (every epoch) or more seconds", "60"),
     ("trainer.max_epochs", lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100"),
     ("optim.lr", lambda v: v > 0, "above 0", "1e-3"),
     ("profile.epoch_scale", lambda v: v > 0, "above 0", "0.1"),

@@ -123,6 +123,7 @@ class SpeedConfig:
 @dataclass
 class CheckpointConfig:
     every_n_epochs: int = MISSING  # last.ckpt after every N-th epoch; 0: none
+    min_interval_s: float = MISSING  # ...once this many seconds have passed since the last save
 
 
 @dataclass

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +18,7 @@ from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
-from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
 from vitladder.training.module import RecipeModule, TrainingDiverged
@@ -217,8 +216,10 @@ def _fit_and_test(
     module = build_module(cfg, datamodule)
     wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
     csv_logger = MetricsLogger(paths.root)
-    # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
-    checkpoint = ModelCheckpoint(
+    # Saved at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the divergence check,
+    # atomically (AtomicCheckpointIO).
+    checkpoint = SpacedCheckpoint(
+        min_interval_s=float(cfg.checkpoint.min_interval_s),
         dirpath=str(paths.checkpoints),
         filename=paths.last_ckpt.stem,
         enable_version_counter=False,
