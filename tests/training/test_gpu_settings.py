@@ -1,17 +1,69 @@
-"""What a GPU needs, tested on the CPU where it can be: fused AdamW reaching timm's optimizer, and a compiled model that
-builds one training graph and one evaluation graph, never recompiles between them, and keeps its analysis hooks."""
+"""What a GPU run does, rehearsed on the CPU: the CUDA choices (cuda_choices.py) train, clipped or not, on a GPU with
+bf16 and on one without; a compiled model builds one training graph and one evaluation graph, never recompiles
+between them, and keeps its analysis hooks."""
 
 from __future__ import annotations
 
 import lightning as L
 import pytest
 import torch
-from run_helpers import set_up_data
+from lightning.pytorch.plugins.precision import MixedPrecision
+from run_helpers import fit, set_up_data
 from torch._dynamo.utils import counters
 
 from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.cuda_choices import CudaChoices
 from vitladder.run_folder import RunPaths
+from vitladder.training import run as run_module
 from vitladder.training.run import build_module, build_trainer
+
+
+def record_clipping(monkeypatch) -> list[float]:
+    """The clip value Lightning's mixed-precision plugin is given at every step (0: no clipping)."""
+    clipped = []
+    clip = MixedPrecision.clip_gradients
+
+    def recorded(self, optimizer, clip_val=0.0, gradient_clip_algorithm=None):
+        clipped.append(clip_val)
+        return clip(self, optimizer, clip_val, gradient_clip_algorithm)
+
+    monkeypatch.setattr(MixedPrecision, "clip_gradients", recorded)
+    return clipped
+
+
+def test_gradient_clipping_trains_under_the_cuda_settings(tiny_cfg, tmp_path, monkeypatch, matmul_precision):
+    # bf16-mixed with fused AdamW: Lightning refuses to clip before a fused step ("Are you using a 'fused'
+    # optimizer?"), so a clipped run takes the unfused one.
+    clipped = record_clipping(monkeypatch)
+    cfg = tiny_cfg(
+        "patch4",
+        "speed.rehearse_cuda=true",
+        "trainer.gradient_clip_val=1.0",
+        "trainer.max_steps=2",
+        "trainer.limit_val_batches=0",
+        "trainer.enable_checkpointing=false",
+    )
+    datamodule = set_up_data(cfg)
+    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[])
+    trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
+    assert trainer.global_step == 2 and trainer.precision == "bf16-mixed" and clipped == [1.0, 1.0]
+    assert not trainer.optimizers[0].defaults["fused"] and torch.get_float32_matmul_precision() == "high"
+
+
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_a_gpu_without_bf16_trains_with_fp16_autocast_and_a_loss_scaler(tiny_cfg, monkeypatch, matmul_precision, clip):
+    gpu = CudaChoices(cuda=True, bf16=False)  # a V100 or a T4
+    monkeypatch.setattr(run_module, "cuda_choices", lambda accelerator, rehearse: gpu)
+    clipped = record_clipping(monkeypatch)
+    cfg = tiny_cfg("patch4", "model.depth=1", "data.batch_size=16", f"trainer.gradient_clip_val={clip or 'null'}")
+    module = build_module(cfg, set_up_data(cfg))
+    # Lightning turns 16-mixed into bf16-mixed on a CPU; its plugin, given directly, keeps fp16 and the loss scaler.
+    assert gpu.precision == "16-mixed"
+    plugin = MixedPrecision(gpu.precision, "cpu")
+    trainer = fit(cfg, module, plugins=[plugin], max_steps=3, limit_val_batches=0, gradient_clip_val=clip)
+    assert trainer.global_step == 3 and trainer.precision_plugin.scaler is plugin.scaler is not None
+    assert bool(trainer.optimizers[0].defaults["fused"]) == (clip is None) and clipped == [clip or 0.0] * 3
+    assert all(torch.isfinite(p).all() for p in module.parameters())
 
 
 class GraphCount(L.Callback):

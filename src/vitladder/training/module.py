@@ -14,6 +14,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitladder.cuda_choices import CudaChoices, cuda_choices
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.resume import seed_epoch
@@ -40,16 +41,16 @@ def build_mixup(
     )
 
 
-def use_tensor_cores() -> None:
-    """Where CUDA is, float32 matrix products outside autocast may use TF32 (Ampere and later). Set before a
-    trainer starts, so Lightning finds it set."""
-    if torch.cuda.is_available():
+def use_tensor_cores(choices: CudaChoices | None = None) -> None:
+    """TF32 for float32 matrix products where ``choices`` take it (default: this machine's for a run on any
+    accelerator). Set before a trainer starts, so Lightning finds it set."""
+    if (choices or cuda_choices()).tf32:
         torch.set_float32_matmul_precision("high")
 
 
-def optimizer_kwargs(device: torch.device) -> dict:
-    """AdamW's fused CUDA kernel: one launch per step for every parameter instead of a few per tensor."""
-    return {"fused": True} if device.type == "cuda" else {}
+def optimizer_kwargs(device: torch.device, clipping: bool = False) -> dict:
+    """timm's AdamW arguments on ``device`` (the benchmark's bare loop takes the run's choice through here)."""
+    return {"fused": True} if cuda_choices(device.type).fused_adamw(clipping) else {}
 
 
 class RecipeModule(L.LightningModule):
@@ -68,6 +69,7 @@ class RecipeModule(L.LightningModule):
         steps_per_epoch: int,
         normalization: dict | None = None,
         compile: bool = False,
+        fused_adamw: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -85,11 +87,11 @@ class RecipeModule(L.LightningModule):
                 "steps_per_epoch": steps_per_epoch,
                 "normalization": normalization,
                 "compile": compile,
+                "fused_adamw": fused_adamw,  # cuda_choices.py: on CUDA unless gradients are clipped
                 "seed": seed,
             },
             logger=False,
         )
-        use_tensor_cores()
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
@@ -176,7 +178,7 @@ class RecipeModule(L.LightningModule):
             lr=optim["lr"],
             weight_decay=optim["weight_decay"],
             betas=tuple(optim["betas"]),
-            **optimizer_kwargs(self.device),
+            **({"fused": True} if self.hparams.fused_adamw else {}),
         )
         steps_per_epoch = self._steps_per_epoch()
         total_steps = steps_per_epoch * self.hparams.max_epochs
