@@ -24,11 +24,16 @@ class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+def mixes(mixup_alpha: float, cutmix_alpha: float) -> bool:
+    """Whether MixUp/CutMix is on: either alpha above 0."""
+    return mixup_alpha > 0 or cutmix_alpha > 0
+
+
 def build_mixup(
     mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float, label_smoothing: float, num_classes: int
 ) -> Mixup | None:
     """timm's Mixup (runs on the batch's device), or None when both alphas are 0."""
-    if mixup_alpha <= 0 and cutmix_alpha <= 0:
+    if not mixes(mixup_alpha, cutmix_alpha):
         return None
     return Mixup(
         mixup_alpha=mixup_alpha,

@@ -22,7 +22,7 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule, use_tensor_cores
+from vitladder.training.module import RecipeModule, mixes, use_tensor_cores
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.training.resume import checkpoint_epoch, prune_metrics
@@ -156,7 +156,9 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
-    per_device_batch(int(cfg.data.batch_size), world_size(cfg))  # the global batch must split over the devices
+    # The global batch must split over the devices, into even batches under MixUp/CutMix.
+    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
