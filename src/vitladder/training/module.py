@@ -105,11 +105,11 @@ class RecipeModule(L.LightningModule):
         self.train_criterion = (
             SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         )
-        self.eval_criterion = nn.CrossEntropyLoss()
-        # Metrics accumulate on the device and are read once per epoch: no host sync per step.
-        # nan_strategy="disable": a NaN must reach the divergence check, not be dropped from the mean.
-        self.train_loss = MeanMetric(nan_strategy="disable")
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.eval_criterion = nn.CrossEntropyLoss(reduction="none")  # per image: the mean over images is exact
+        # Metrics accumulate on the device and are read once per epoch: no host sync per step. MeanMetric's
+        # default NaN check reads the device at every update; with nan_strategy="disable" a NaN also reaches
+        # the divergence check instead of being dropped from the mean.
+        self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -160,7 +160,9 @@ class RecipeModule(L.LightningModule):
         # instead of a static one first and a dynamic one at the first partial batch.
         torch._dynamo.maybe_mark_dynamic(images, 0)
         logits = self(images)
-        loss_metric.update(self.eval_criterion(logits, labels), weight=labels.numel())
+        # One loss per image, no weight: a Python weight would be copied to the device at every step (and
+        # MeanMetric's nan_strategy="disable" ignores weights).
+        loss_metric.update(self.eval_criterion(logits, labels))  # (B,)
         acc_metric.update(logits, labels)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
