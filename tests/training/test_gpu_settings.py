@@ -116,3 +116,30 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
     summary = tracking.summary
     assert summary is not None and summary.num_images == 16
     assert torch.isfinite(summary.heads["distance_px"]).all() and (summary.heads["distance_px"] > 0).all()
+
+
+def test_a_compile_failure_in_training_falls_back_to_eager_with_one_warning_line(
+    tiny_cfg, tmp_path, monkeypatch, caplog
+):
+    # As a GPU without a working Triton or C compiler fails: the backend raises when it is first given a graph.
+    calls = []
+
+    def broken(graph, example_inputs):
+        calls.append(len(example_inputs))
+        raise RuntimeError("no working C compiler for the kernels\nmore detail on a second line")
+
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: compile_(self, backend=broken))
+    torch._dynamo.reset()
+    cfg = tiny_cfg("patch4", "speed.compile=true", "model.depth=1", "trainer.max_steps=3", "analysis.enabled=false")
+    datamodule = set_up_data(cfg)
+    module = build_module(cfg, datamodule)
+    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[])
+    with caplog.at_level("WARNING", logger="vitladder"):
+        trainer.fit(module, datamodule=datamodule)
+        trainer.test(module, datamodule=datamodule, verbose=False)
+    assert trainer.global_step == 3 and module.compile_failed and len(calls) == 1, "tried once, then eager"
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("vitladder")]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert warnings[0].startswith("torch.compile failed (backend='broken' raised: RuntimeError: no working C compiler")
+    assert warnings[0].endswith("training on without it (speed.compile=false skips it)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import lightning as L
@@ -18,6 +19,8 @@ from vitladder.cuda_choices import CudaChoices, cuda_choices
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.resume import seed_epoch
+
+log = logging.getLogger(__name__)
 
 
 class TrainingDiverged(UserError):
@@ -97,6 +100,7 @@ class RecipeModule(L.LightningModule):
             },
             logger=False,
         )
+        self.compile_failed = False  # set by a failed compile: this process then runs the model eagerly
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
@@ -124,7 +128,25 @@ class RecipeModule(L.LightningModule):
         seed_epoch(int(self.hparams.seed), self.global_rank, self.current_epoch)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model(images)  # (B, num_classes)
+        if self.compile_failed:
+            with torch.compiler.set_stance("force_eager"):
+                return self.model(images)  # (B, num_classes)
+        try:
+            return self.model(images)
+        # What torch.compile raises for its own failures (a backend: Inductor, Triton, a C compiler), compiling the
+        # first training or evaluation graph. It has no public name; test_gpu_settings forces one.
+        except torch._dynamo.exc.TorchDynamoException as error:
+            if not self.hparams.compile:
+                raise
+            self._fall_back_to_eager(error)
+            return self.forward(images)
+
+    def _fall_back_to_eager(self, error: Exception) -> None:
+        """A compile failure costs the speed-up, not the run: one warning line, then this process runs eagerly."""
+        self.compile_failed = True
+        if self.global_rank == 0:
+            cause = " ".join(line.strip() for line in str(error).strip().splitlines()[:2])
+            log.warning("torch.compile failed (%s): training on without it (speed.compile=false skips it)", cause)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, labels = batch  # (B, 3, S, S) float, (B,) int64
