@@ -1,6 +1,7 @@
 """What a GPU run does, rehearsed on the CPU: the CUDA choices (cuda_choices.py) train, clipped or not, on a GPU with
-bf16 and on one without; a compiled model builds one training graph and one evaluation graph, never recompiles
-between them, and keeps its analysis hooks."""
+bf16 and on one without, and a whole smoke ladder trains, resumes, analyses and reports with them; a compiled model
+builds one training graph and one evaluation graph, never recompiles between them, and keeps its analysis hooks; a
+compile failure falls back to eager."""
 
 from __future__ import annotations
 
