@@ -131,10 +131,11 @@ class RecipeModule(L.LightningModule):
         if self.compile_failed:
             with torch.compiler.set_stance("force_eager"):
                 return self.model(images)  # (B, num_classes)
+        # TorchDynamoException: what torch.compile raises for its own failures (a backend: Inductor, Triton, a C
+        # compiler) when it compiles the first training or evaluation graph. No public name; test_gpu_settings
+        # forces one.
         try:
             return self.model(images)
-        # What torch.compile raises for its own failures (a backend: Inductor, Triton, a C compiler), compiling the
-        # first training or evaluation graph. It has no public name; test_gpu_settings forces one.
         except torch._dynamo.exc.TorchDynamoException as error:
             if not self.hparams.compile:
                 raise
