@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from vitladder.config_schema import Config, register_schema
+from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
@@ -32,11 +33,9 @@ def scale_epochs(epochs: int, scale: float) -> int:
     return max(1, round(int(epochs) * float(scale)))
 
 
-def auto_precision() -> str:
-    """trainer.precision's default: bf16 autocast on CUDA, full precision on the CPU."""
-    import torch
-
-    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
+def auto_precision(accelerator: str = "auto", rehearse_cuda: bool = False) -> str:
+    """trainer.precision's default, for the accelerator the run asks for (cuda_choices.py)."""
+    return cuda_choices(accelerator, rehearse_cuda).precision
 
 
 def rung_lines() -> str:

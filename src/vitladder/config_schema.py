@@ -118,6 +118,7 @@ class SpeedConfig:
     """The project's speed switches that are not Trainer arguments."""
 
     compile: bool = MISSING  # torch.compile the model in place
+    rehearse_cuda: bool = MISSING  # any device takes the choices of a CUDA GPU (cuda_choices.py): a rehearsal
 
 
 @dataclass

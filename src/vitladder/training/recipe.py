@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
-# speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned;
+# speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision);
+# inference_mode and the checkpoint interval, nothing learned;
 # rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew).
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "output_root",
@@ -17,7 +18,7 @@ OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "ladder",
     "overwrite",
     "wandb",
-    "speed.compile",
+    "speed",
     "checkpoint",
     "trainer.inference_mode",
     "rung_info",

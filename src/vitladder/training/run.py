@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
+from vitladder.cuda_choices import cuda_choices
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
@@ -21,7 +22,7 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule, TrainingDiverged
+from vitladder.training.module import RecipeModule, TrainingDiverged, mixes, use_tensor_cores
 from vitladder.training.ranks import started_for_another_rank
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.results import final_val_acc, rung_summary, write_results
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
     """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
+    choices = cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
+    use_tensor_cores(choices)
     model = {**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": data.num_classes}
     return RecipeModule(
         model={**model, "img_size": check_patch_size(int(cfg.model.patch_size), data.image_size)},
@@ -45,6 +48,7 @@ def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
         steps_per_epoch=data.steps_per_epoch,
         normalization=data.stats.to_dict(),
         compile=bool(cfg.speed.compile),
+        fused_adamw=choices.fused_adamw(clipping=bool(cfg.trainer.gradient_clip_val)),
         seed=int(cfg.seed),
     )
 
@@ -163,7 +167,9 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
-    per_device_batch(int(cfg.data.batch_size), world_size(cfg))  # the global batch must split over the devices
+    # The global batch must split over the devices, into even batches under MixUp/CutMix.
+    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
