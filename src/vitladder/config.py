@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from vitladder.config_schema import Config, register_schema
+from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, source_ranges
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
@@ -152,15 +152,13 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
 
 _ABSENT = object()
 
-# key, whether a value is in range, what the range is, an example value
+# key, whether a value is in range, what the range is, an example value; a data source's own keys declare
+# theirs in its Config (config_schema.source_key)
 RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("data.batch_size", lambda v: v >= 1, "at least 1", "64"),
     ("data.val_size", lambda v: v >= 1, "at least 1 (the training images held out for validation)", "500"),
     ("data.train_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
     ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
-    ("data.num_train", lambda v: v >= 1, "at least 1", "10000"),
-    ("data.num_test", lambda v: v >= 1, "at least 1", "2000"),
-    ("data.max_file_mib", lambda v: v > 0, "above 0 (MiB)", "4"),
     ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
     (
         "ladder",
@@ -184,9 +182,10 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
 
 
 def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value out of range (keys the chosen data source lacks are skipped)."""
+    """One message per value out of range: the shared keys' (RANGES) and the chosen data source's own."""
+    source = data_schemas().get(OmegaConf.select(cfg, "data.source", default=None), DataConfig)
     errors = []
-    for key, in_range, what, example in RANGES:
+    for key, in_range, what, example in (*RANGES, *source_ranges(source)):
         try:
             value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
         except MissingMandatoryValue:

@@ -26,9 +26,7 @@ OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "trainer.log_every_n_steps",
     "trainer.default_root_dir",
     "analysis.batch_size",
-    "data.cache_dir",
-    "data.max_file_mib",
-)
+)  # and a data source's keys that its Config marks so (config_schema.source_key(in_recipe=False))
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
 
@@ -43,17 +41,25 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def in_recipe(key: str) -> bool:
-    return not any(key == outside or key.startswith(f"{outside}.") for outside in OUTSIDE_THE_RECIPE)
+def outside_the_recipe() -> tuple[str, ...]:
+    """OUTSIDE_THE_RECIPE and the data sources' keys marked outside it (data.cache_dir, data.max_file_mib)."""
+    from vitladder.config_schema import keys_outside_the_recipe
+
+    return (*OUTSIDE_THE_RECIPE, *keys_outside_the_recipe())
+
+
+def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
+    outside = outside_the_recipe() if outside is None else outside
+    return not any(key == name or key.startswith(f"{name}.") for name in outside)
 
 
 def recipe_changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(key, stored value, current value) for every recipe key that differs; both configs resolved."""
-    old, new = flatten(stored), flatten(current)
+    old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
     return [
         (key, old.get(key, ABSENT), new.get(key, ABSENT))
         for key in sorted(old.keys() | new.keys())
-        if in_recipe(key) and old.get(key, ABSENT) != new.get(key, ABSENT)
+        if in_recipe(key, outside) and old.get(key, ABSENT) != new.get(key, ABSENT)
     ]
 
 

@@ -14,6 +14,7 @@ from vitladder.data import sources
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.sources.synthetic import make_synthetic
 from vitladder.errors import DataError, UserError
+from vitladder.training.recipe import in_recipe
 
 
 @pytest.fixture(autouse=True)
@@ -88,19 +89,20 @@ def test_the_same_images_are_loaded_once_per_process(monkeypatch: pytest.MonkeyP
 
 
 STRIPES = '''
-"""data=stripes: a source added as one file, with a key of its own."""
+"""data=stripes: a source added as one file, with keys of its own."""
 
 from dataclasses import dataclass
 
 import torch
 
-from vitladder.config_schema import DataConfig
+from vitladder.config_schema import DataConfig, source_key
 from vitladder.data.sources import ImageSplits
 
 
 @dataclass
 class Config(DataConfig):
-    num_images: int = 40
+    num_images: int = source_key(40, valid=(lambda n: n >= 20, "at least 20", "40"))
+    scratch_dir: str = source_key("scratch", in_recipe=False)  # changes no result
 
 
 def load(data_cfg):
@@ -136,3 +138,17 @@ def test_a_new_sources_keys_are_typed_by_its_config(stripes) -> None:
         compose_rung("patch8", ["data=stripes", "data.num_images=many"])
     with pytest.raises(UserError, match="data.root: no such key with data=stripes"):
         compose_rung("patch8", ["data=stripes", "data.root=x"])
+
+
+def test_a_new_sources_ranges_and_recipe_keys_live_in_its_config(stripes) -> None:
+    with pytest.raises(UserError) as error:
+        compose_rung("patch8", ["data=stripes", "data.num_images=3"])
+    assert str(error.value) == (
+        "data.num_images=3 is not valid: data.num_images must be at least 20, e.g. data.num_images=40"
+    )
+    assert compose_rung("patch8", ["data=stripes", "data.num_images=20"]).data.num_images == 20
+    assert in_recipe("data.num_images") and not in_recipe("data.scratch_dir")
+    # the shipped sources' own keys, likewise
+    assert not in_recipe("data.cache_dir") and not in_recipe("data.max_file_mib") and in_recipe("data.num_train")
+    with pytest.raises(UserError, match=r"^data.num_test=0 is not valid: data.num_test must be at least 1"):
+        compose_rung("patch8", ["data=synthetic", "data.num_test=0"])
