@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from extensions import add_stripes_source
 from omegaconf import OmegaConf
 
 from vitladder.config import compose_rung
@@ -88,36 +89,10 @@ def test_the_same_images_are_loaded_once_per_process(monkeypatch: pytest.MonkeyP
     assert len(calls) == 2 and list(sources._loaded) == [sources._identity(OmegaConf.merge(cfg, {"num_train": 40}))]
 
 
-STRIPES = '''
-"""data=stripes: a source added as one file, with keys of its own."""
-
-from dataclasses import dataclass
-
-import torch
-
-from vitladder.config_schema import DataConfig, source_key
-from vitladder.data.sources import ImageSplits
-
-
-@dataclass
-class Config(DataConfig):
-    num_images: int = source_key(40, valid=(lambda n: n >= 20, "at least 20", "40"))
-    scratch_dir: str = source_key("scratch", in_recipe=False)  # changes no result
-
-
-def load(data_cfg):
-    n = int(data_cfg.num_images)
-    labels = torch.arange(n) % 2  # (n,)
-    images = (labels[:, None, None, None] * torch.arange(16)).expand(n, 3, 16, 16).to(torch.uint8) * 8
-    return ImageSplits(images[:-10], labels[:-10], images[-10:], labels[-10:], ("even", "odd"))
-'''
-
-
 @pytest.fixture
 def stripes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """conf/ untouched, no Python edited: only data/sources/stripes.py added."""
-    (tmp_path / "stripes.py").write_text(STRIPES)
-    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(tmp_path)])
+    add_stripes_source(tmp_path, monkeypatch)
 
 
 def test_a_new_source_is_one_module_found_by_its_name(stripes) -> None:
