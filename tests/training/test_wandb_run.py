@@ -303,3 +303,17 @@ def test_no_private_wandb_module_is_imported() -> None:
                 and any(part.startswith("_") or part in ("sdk", "apis") for part in n.split(".")[1:])
             ]
     assert not private
+
+
+def test_the_rung_logger_does_not_pass_wandbs_deprecated_anonymous_setting(tiny_cfg, tmp_path) -> None:
+    """Lightning's WandbLogger passes anonymous=None, which wandb warns about; make_logger drops it from the
+    private dict the logger hands to wandb.init. Pinned both ways, so a Lightning that stops passing it (or
+    renames the dict) shows here."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    from vitladder.training.wandb_run import make_logger
+
+    assert WandbLogger(project="p", mode="offline")._wandb_init["anonymous"] is None
+    logger = make_logger(tiny_cfg("patch8", "wandb.mode=offline"), tmp_path)
+    assert "anonymous" not in logger._wandb_init
+    assert logger._wandb_init["id"] == (tmp_path / "wandb_run_id.txt").read_text().strip()

@@ -175,7 +175,7 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
     mode = resolve_mode(cfg.wandb.mode)
     if mode == "disabled":
         return None
-    return WandbLogger(
+    logger = WandbLogger(
         **rung_run(cfg, run_dir),
         config=wandb_config(cfg),
         save_dir=str(run_dir),
@@ -183,6 +183,11 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
         resume="allow",
         mode=mode,
     )
+    # Lightning passes anonymous=None to wandb.init, and wandb 0.31 answers any value with a deprecation
+    # warning (the setting does nothing now): not passing it is what wandb asks for. WandbLogger keeps
+    # wandb.init's arguments in a private dict; tests/training/test_wandb_run.py pins it.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
 def define_metrics(run) -> None:
