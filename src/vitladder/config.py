@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,32 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
         raise explain(error, overrides) from None
     validate(cfg, overrides)
     return cfg
+
+
+@functools.cache
+def base_values(source: str) -> dict[str, Any]:
+    """conf/config.yaml with data=<source> and nothing else (no rung, no command line), resolved: what each key
+    is before anything chooses it. Inside train.py's Hydra app, Hydra is set up already, on the same conf/."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_resolvers()
+    overrides = [f"data={source}"]
+    if GlobalHydra.instance().is_initialized():
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys: {"optim.lr": 0.001, ...}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
