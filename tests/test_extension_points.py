@@ -45,21 +45,20 @@ def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
     add_self_share_metric(copy)
     add_stripes_module(copy)
     env, out = child_env(PYTHONPATH=str(copy / "src")), tmp_path / "out"
-    ladder = out / "smoke"
+    ladder, run = out / "smoke", out / "smoke" / "grad_clip"
 
-    trained = subprocess.run(
-        [sys.executable, "train.py", "step=grad_clip", "profile=smoke", "data=stripes", *TINY]
-        + [f"output_root={out}", "wandb.mode=offline"],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert noise(trained.stdout + trained.stderr) == []
-    run = ladder / "grad_clip"
-    assert "grad_clip: test accuracy" in trained.stdout and (run / "done.json").is_file()
+    def quietly(*command: str) -> str:
+        """Runs a command in the copy; returns its output, which must hold no library noise."""
+        done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert noise(done.stdout + done.stderr) == []
+        return done.stdout + done.stderr
+
+    trained = quietly(
+        sys.executable, "train.py", "step=grad_clip", "profile=smoke", "data=stripes", *TINY,
+        f"output_root={out}", "wandb.mode=offline",
+    )  # fmt: skip
+    assert "grad_clip: test accuracy" in trained and (run / "done.json").is_file()
     assert "self_share" in (run / "analysis" / "heads.csv").read_text().splitlines()[0]
     (offline,) = (run / "wandb").glob("offline-run-*")
     record = wandb_run_reader(offline)
@@ -67,19 +66,12 @@ def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
     assert 0 <= record.summary["analysis/layer1/self_share"] <= 1 and record.config["data"]["source"] == "stripes"
 
     (run / "done.json").unlink()  # as a kill just before the rung's last write leaves it: make ladder resumes it
-    made = subprocess.run(
-        ["make", "ladder", f"PY={sys.executable}", "-o", ".venv/.installed", "PROFILE=smoke", "DATA=stripes"]
-        + [f"ARGS={' '.join([*TINY, f'output_root={out}', 'wandb.mode=disabled'])}"],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
-    assert noise(made.stdout + made.stderr) == []
+    made = quietly(
+        "make", "ladder", f"PY={sys.executable}", "-o", ".venv/.installed", "PROFILE=smoke", "DATA=stripes",
+        f"ARGS={' '.join([*TINY, f'output_root={out}', 'wandb.mode=disabled'])}",
+    )  # fmt: skip
     rungs = [*rung_names(), "grad_clip"]
-    assert "estimated time for 9 runs" in made.stdout and "Restored all states" in made.stdout + made.stderr
+    assert "estimated time for 9 runs" in made and "Restored all states" in made
     for rung in rungs:
         summary = json.loads((ladder / rung / "done.json").read_text())
         assert summary["rung"] == rung and summary["layer1_self_share"] >= 0, rung

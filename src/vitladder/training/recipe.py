@@ -8,7 +8,7 @@ folder's provenance.json records it (training/provenance.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,8 @@ def compare_folder(paths: RunPaths, cfg: DictConfig) -> Comparison:
         return Comparison(None, [], made_by)
     current = OmegaConf.to_container(cfg, resolve=True)
     then = made.get("defaults", {})
-    old, new = flatten(stored), flatten(current)
-    dropped = [key for key, value in old.items() if key not in new and key in then and value == then[key]]
+    old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
+    dropped = [k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k, outside)]
     return Comparison(recipe_changes(stored, current, then, key_defaults(cfg)), sorted(dropped), made_by)
 
 
@@ -128,7 +128,7 @@ def _show(value: Any) -> str:
 
 
 def changed_recipe_message(
-    run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: list[str] = ()
+    run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: Sequence[str] = ()
 ) -> str:
     """One line: what changed (and what made the folder, where that differs from now), and the two ways on."""
     state = "a finished run" if finished else "an interrupted run"
