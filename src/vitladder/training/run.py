@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -23,8 +24,9 @@ from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoin
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
 from vitladder.training.module import RecipeModule, TrainingDiverged, mixes, use_tensor_cores
+from vitladder.training.provenance import write_provenance
 from vitladder.training.ranks import started_for_another_rank
-from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
+from vitladder.training.recipe import changed_recipe_message, compare_folder, dropped_message, move_aside
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
@@ -131,22 +133,21 @@ def replaces_old_run(cfg: DictConfig) -> bool:
     finished = paths.done.exists()
     if not (finished or paths.last_ckpt.exists()):
         return False  # nothing trained there to reuse
-    try:
-        stored = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
-    except Exception:  # missing or unreadable: its recipe is unknown
-        stored = None
-    changes = recipe_changes(stored, OmegaConf.to_container(cfg, resolve=True)) if isinstance(stored, dict) else []
-    if isinstance(stored, dict) and not changes:
+    comparison = compare_folder(paths, cfg)
+    if comparison.same:
+        if comparison.dropped:
+            warnings.warn(dropped_message(paths.root, comparison.dropped), stacklevel=1)  # one place: once
         return False
     if not cfg.overwrite:
-        raise UserError(changed_recipe_message(paths.root, changes, finished))
+        raise UserError(changed_recipe_message(paths.root, comparison.changes or [], finished, comparison.made_by))
     return True
 
 
 def write_run_config(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
-    """config.yaml (the resolved config: the recipe later runs are compared with) and overrides.yaml
-    (the command-line overrides that made it)."""
+    """config.yaml (the resolved config: the recipe later runs are compared with), provenance.json (what
+    made it) and overrides.yaml (the command-line overrides that made it)."""
     write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    write_provenance(paths, cfg)
     if overrides is not None:
         write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
