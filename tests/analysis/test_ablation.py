@@ -170,6 +170,6 @@ def test_rows_and_figure() -> None:
     assert [first[key] for key in ("mode", "group", "layer", "head", "heads")] == ["mean", "head", 0, 0, "0.0"]
     assert first["accuracy_drop_pts"] == 50.0 and first["draw"] is None
     assert [r["draw"] for r in rows if r["group"] == "random"] == [0, 1, 0, 1]
-    fig = plot_ablation(result, "uniform", title="rung price_$")  # a lone dollar is shown as written
+    fig = plot_ablation(result, "uniform", title=r"rung $\notacommand$")  # not maths: drawn as written
     FigureCanvasAgg(fig).draw()
-    assert fig.axes[0].get_title().startswith("rung price_$\n")
+    assert fig.axes[0].get_title().startswith("rung $\\notacommand$\n")

@@ -78,7 +78,7 @@ def test_correlation_refuses_a_wrong_shape_and_has_none_on_one_patch() -> None:
 
 def test_figure_is_the_grid_of_per_patch_maps() -> None:
     similarity = position_similarity(build_sincos2d_pos_embed([4, 4], dim=32))  # (16, 16)
-    fig = plot_position_similarity(similarity, 4, title="rung price_$")
+    fig = plot_position_similarity(similarity, 4, title=r"rung $\notacommand$")  # not maths: drawn as written
     FigureCanvasAgg(fig).draw()
     mosaic = fig.axes[0].images[0].get_array()
     assert mosaic.shape == (19, 19)  # 4 maps of 4 a side and 3 separating lines
@@ -88,4 +88,4 @@ def test_figure_is_the_grid_of_per_patch_maps() -> None:
     assert block[row, col] == pytest.approx(1.0)  # each patch is most like itself
     assert np.ma.getmaskarray(mosaic)[4].all() or np.isnan(np.asarray(mosaic.data)[4]).all()  # separators blank
     assert fig.axes[0].get_images()[0].get_clim() == (-1.0, 1.0)
-    assert fig.axes[0].get_title().startswith("rung price_$\n")
+    assert fig.axes[0].get_title().startswith("rung $\\notacommand$\n")
