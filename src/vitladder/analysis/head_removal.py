@@ -266,6 +266,7 @@ def ablate(
     correct = torch.zeros(len(ablations), len(images), dtype=torch.bool, device=device)  # (A, N)
     loss = torch.zeros(len(ablations), len(images), device=device)  # (A, N)
     clean_correct, clean_loss = [], []
+    chunks = _chunks(ablations, stack)
     with _evaluating(model):
         means = head_output_means(model, images, batch_size) if any(a.mode == "mean" for a in ablations) else None
         with HeadAblator(model, means) as ablator:
@@ -277,7 +278,7 @@ def ablate(
                 logits, inputs = _block_inputs(model, batch)  # (B, C), [(B, T, D)] * L
                 clean_correct.append(logits.argmax(dim=-1) == y)
                 clean_loss.append(F.cross_entropy(logits.float(), y, reduction="none"))
-                for start, chunk in _chunks(ablations, stack):
+                for start, chunk in chunks:
                     out = ablator.forward_from(inputs[start], start, [ablations[i] for i in chunk]).float()  # (K, B, C)
                     correct[chunk, span] = out.argmax(dim=-1) == y
                     loss[chunk, span] = F.cross_entropy(out.transpose(1, 2), y.expand(len(chunk), -1), reduction="none")
