@@ -4,6 +4,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MUTATION_STAMP := $(VENV)/.installed-mutation
+FLOORS_VENV := .venv-floors
+FLOORS_PY := $(FLOORS_VENV)/bin/python
+FLOORS_STAMP := $(FLOORS_VENV)/.installed
+# make test-floors: the fast tests that meet the libraries (Lightning's loop, checkpoints and loggers, timm's model,
+# Mixup and attention, torchmetrics, Hydra and OmegaConf, W&B and its Reports, Pillow, matplotlib, filelock, the
+# command lines' one-line errors): about half of the fast tests' time; the rest is the project's own maths.
+FLOORS_TESTS = tests/test_config.py tests/test_cli.py tests/test_output_errors.py tests/training/test_module.py \
+	tests/training/test_checkpoint_io.py tests/training/test_lock.py tests/training/test_recipe.py \
+	tests/training/test_metrics_csv.py tests/training/test_wandb_run.py tests/report tests/analysis/test_capture.py \
+	tests/analysis/test_summary.py tests/analysis/test_outputs.py tests/analysis/test_analyze_script.py \
+	tests/data/test_hostile_data.py tests/data/sources/test_imagefolder.py tests/devtools/test_floors.py \
+	tests/devtools/test_syncs.py
 
 PROFILE ?= full        # full: the GPU recipe; smoke: a CPU-sized run of every rung
 DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.xz) archive of train/ and test/
@@ -27,7 +39,8 @@ CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test lint format mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check clean-venv
+.PHONY: help ladder test test-floors lint format mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check \
+	clean-venv
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -75,6 +88,23 @@ gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark
 
 test: lint  ## check the style, then run the test suite
 	$(PY) -m pytest -q
+
+# make test-floors: a venv of its own with the lowest versions pyproject.toml allows, pinned by constraints made from
+# its >= bounds (devtools/floors.py), so they cannot drift apart; torch and torchvision: the newest the ranges allow.
+$(FLOORS_STAMP): pyproject.toml
+	test -x $(FLOORS_PY) || $(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_PY) -m pip install --quiet --upgrade pip
+	PYTHONPATH=src $(PYTHON) -m vitladder.devtools.floors > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_PY) -m pip install --quiet -c $(FLOORS_VENV)/floors.txt -e '.[test]'
+	touch $(FLOORS_STAMP)
+
+test-floors: $(FLOORS_STAMP)  ## the fast tests of the libraries' uses and a smoke rung, at pyproject.toml's floors
+	$(FLOORS_PY) -m pip check  # the constraints installed every floor exactly, or pip refused
+	@echo "floors: $$(tr '\n' ' ' < $(FLOORS_VENV)/floors.txt)"
+	$(FLOORS_PY) -m pytest -q -m "not slow" $(FLOORS_TESTS)
+	rm -rf $(FLOORS_VENV)/outputs
+	$(FLOORS_PY) train.py step=epochs200 profile=smoke wandb.mode=offline output_root=$(FLOORS_VENV)/outputs \
+		trainer.enable_progress_bar=false
 
 lint: $(STAMP)  ## ruff: lint and formatting, as configured in pyproject.toml (part of make test)
 	$(VENV)/bin/ruff check .

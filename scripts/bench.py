@@ -4,7 +4,8 @@
     python scripts/bench.py --width full --device cuda --compile
     python scripts/bench.py --width tiny --steps 30 --rounds 7 --threads 1 --out /tmp/bench.json
 
-Prints a table of medians and writes every figure (per-round values too) to --out as JSON.
+Prints a table of medians and writes every figure (per-round values too) to --out as JSON. The checkpoint is timed
+in a temporary folder beside --out (removed after), on the disk the runs' outputs go to.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name in ("lightning.pytorch", "lightning.fabric"):  # one fit per round: keep the banner out of the table
         logging.getLogger(name).setLevel(logging.WARNING)
 
-    report = run_benchmark(widths, device, overrides)
+    report = run_benchmark(widths, device, overrides, folder=args.out.parent)  # checkpoints: on the output's disk
     write_json(args.out, report)
     print()
     print(format_table(report))

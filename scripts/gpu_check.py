@@ -56,25 +56,41 @@ def guard_wandb() -> None:
         sys.modules["wandb"] = None  # a later `import wandb` raises ImportError
 
 
+def installed(name: str) -> str | None:
+    """A distribution's installed version, read from its metadata (nothing is imported), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
 def version_warnings() -> list[str]:
     """Installed versions outside pyproject.toml's ranges (a warning: the check records what it ran on)."""
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        import tomllib
         from packaging.requirements import Requirement
-    except ImportError:  # Python 3.10, or no packaging: nothing to compare with
+
+        from vitladder.devtools.floors import dependencies  # the standard library only: none of the libraries
+    except ImportError:  # Python 3.10 (no tomllib), or no packaging: nothing to compare with
         return []
     warnings = []
-    for spec in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+    for spec in dependencies(REPO / "pyproject.toml"):
         requirement = Requirement(spec)
-        try:
-            installed = version(requirement.name)
-        except PackageNotFoundError:
-            continue  # not needed by the check (e.g. wandb when W&B is off)
-        if not requirement.specifier.contains(installed, prereleases=True):
-            warnings.append(f"{requirement.name} {installed} is outside {requirement.specifier}")
+        version = installed(requirement.name)
+        if version is not None and not requirement.specifier.contains(version, prereleases=True):
+            warnings.append(f"{requirement.name} {version} is outside {requirement.specifier}")
+        # not installed: not needed by the check (e.g. wandb when W&B is off)
     return warnings
+
+
+def report_versions() -> None:
+    """The libraries the check runs on, and those outside pyproject.toml's ranges, before any of them is imported:
+    a library too old to import still gets its warning."""
+    versions = ", ".join(f"{dist} {installed(dist) or '-'}" for dist in (*NEEDED.values(), "wandb"))
+    print(f"[gpu-check] Python {sys.version.split()[0]}; {versions}", flush=True)
+    for warning in version_warnings():
+        print(f"warning: {warning} (pyproject.toml)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every config, e.g. analysis.num_images=500")
     args = parser.parse_args(argv)
 
+    report_versions()
     missing = missing_packages()
     if missing:
         fail(
@@ -131,10 +148,8 @@ def run(args: argparse.Namespace) -> dict:
     if budget <= 0:
         raise UserError(f"--budget {budget}: give a number of seconds above 0, e.g. --budget 480")
 
-    for name in ("lightning.pytorch", "lightning.fabric"):  # four trainers: keep their banners out of the log
+    for name in ("lightning.pytorch", "lightning.fabric"):  # a trainer per measurement: no banners
         logging.getLogger(name).setLevel(logging.WARNING)
-    for warning in version_warnings():
-        print(f"warning: {warning} (pyproject.toml)", file=sys.stderr)
     options = CheckOptions(
         out=out, budget_s=budget, data=data, smoke=args.smoke, settings=settings, overrides=tuple(args.overrides)
     )

@@ -24,12 +24,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from vitladder.devtools.estimate import estimate_ladder
-    from vitladder.training.ladder import LONG_LADDER_S, data_overrides, parse_seeds, plan_ladder, run_ladder
+    from vitladder.training.ladder import (
+        LONG_LADDER_S,
+        data_overrides,
+        parse_seeds,
+        plan_ladder,
+        run_ladder,
+        train_alongside,
+    )
+    from vitladder.training.ranks import started_for_another_rank
     from vitladder.training.run import train_rung
     from vitladder.training.wandb_run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
+    if started_for_another_rank():  # Lightning's DDP launcher ran this script again, for a rank other than 0
+        train_alongside(runs, train_rung)
+        return
     check_wandb_mode(runs[0].cfg.wandb.mode)  # before the time estimate trains a few steps
     from vitladder.demo.export import export_demo
     from vitladder.report.ladder_report import build_report

@@ -10,18 +10,8 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from vitladder.config import CONF_DIR, compose_rung, rung_names, scale_epochs, scaled_epochs
+from vitladder.config import CONF_DIR, compose_rung, flatten, rung_names, scale_epochs, scaled_epochs
 from vitladder.errors import UserError
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def compose_base(overrides=()):

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from extensions import add_grad_clip_rung, copy_project
 from omegaconf import OmegaConf
 from tiny_data import tiny_data
 
-from vitladder.config import CONF_DIR, compose_rung, get_rung, ladder, rung_names
+from vitladder.config import CONF_DIR, compose_rung, flatten, get_rung, ladder, rung_names
 from vitladder.errors import UserError
 from vitladder.rungs import read_ladder
-from vitladder.training.recipe import flatten
 
 TINY = ["profile=smoke", *tiny_data(num_train=300, num_test=100, val_size=100, batch_size=64)]
 RUNG_YAML = """\
@@ -150,20 +149,6 @@ def test_the_readme_ladder_table_is_the_yaml(repo_root):
         assert row["ref"] == (f"{rung.reference['test_acc']:.1%}" if rung.reference else "—"), rung.name
 
 
-GRAD_CLIP = """\
-# @package _global_
-defaults:
-  - epochs200
-  - _self_
-
-rung: grad_clip
-rung_info:
-  grad_clip:
-    description: gradient clipping at norm 1
-trainer:
-  gradient_clip_val: 1.0
-"""
-
 # Run in a copy of the project with conf/step/grad_clip.yaml added: the ladder's plan, the composed
 # config, an unknown rung's message and the report of a ladder folder where grad_clip and epochs200 finished.
 CHECK_THE_COPY = """\
@@ -193,16 +178,13 @@ print(json.dumps({"plan": [r.rung for r in runs], "clip": top.trainer.gradient_c
 
 @pytest.fixture
 def project_with_grad_clip(repo_root, tmp_path) -> Path:
-    """A copy of the project (sources, configs, entry points) with one more file: conf/step/grad_clip.yaml."""
-    copy = tmp_path / "project"
-    for name in ("src", "conf", "scripts"):
-        shutil.copytree(repo_root / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(repo_root / "train.py", copy / "train.py")
-    (copy / "conf" / "step" / "grad_clip.yaml").write_text(GRAD_CLIP)
+    """A copy of the project with one more file: conf/step/grad_clip.yaml."""
+    copy = copy_project(repo_root, tmp_path / "project")
+    add_grad_clip_rung(copy)
     return copy
 
 
-@pytest.mark.slow  # two child processes under a project copy, one of them a tiny training run
+@pytest.mark.slow  # a child process under a project copy (tests/test_extension_points.py trains the rung)
 def test_a_new_rung_file_is_a_rung_with_no_python_edited(project_with_grad_clip, tmp_path, child_env):
     copy = project_with_grad_clip
     env = child_env(PYTHONPATH=str(copy / "src"))
@@ -225,25 +207,3 @@ def test_a_new_rung_file_is_a_rung_with_no_python_edited(project_with_grad_clip,
     # the ladder table: rung | adds | test acc. | ref. | layer-1 distance | ref. | uniform | ...
     assert rows["grad_clip"][1:6] == ["gradient clipping at norm 1", "50.0%", "—", "—", "—"]
     assert rows["epochs200"][3] == f"{get_rung('epochs200').reference['test_acc']:.1%}"
-
-    trained = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "+step=grad_clip",
-            *TINY,
-            "analysis.enabled=false",
-            "wandb.mode=disabled",
-            f"output_root={tmp_path / 'out'}",
-            "trainer.enable_progress_bar=false",
-        ],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "grad_clip: test accuracy" in trained.stdout
-    stored = OmegaConf.load(tmp_path / "out" / "smoke" / "grad_clip" / "config.yaml")
-    assert stored.rung == "grad_clip" and stored.trainer.gradient_clip_val == 1.0

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from vitladder.config import check_rung, compose_config, is_step_override, rung_names
 from vitladder.errors import UserError, describe_os_error
+from vitladder.quiet import quiet_libraries
 
 F = TypeVar("F", bound=Callable)
 
@@ -21,10 +22,12 @@ def fail(message: str, exit_code: int = 2) -> None:
 
 def reports_user_errors(func: F) -> F:
     """Turns a UserError into `error: <message>` on stderr and its exit code, and so does a read or
-    write the system refused (an OSError: full disk, no permission), naming the path."""
+    write the system refused (an OSError: full disk, no permission), naming the path. Every entry point
+    runs through it, so it also keeps the libraries' tips and notes out of the output (vitladder.quiet)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        quiet_libraries()
         try:
             return func(*args, **kwargs)
         except UserError as error:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from vitladder.config_schema import Config, register_schema
+from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, source_ranges
+from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
@@ -32,11 +33,9 @@ def scale_epochs(epochs: int, scale: float) -> int:
     return max(1, round(int(epochs) * float(scale)))
 
 
-def auto_precision() -> str:
-    """trainer.precision's default: bf16 autocast on CUDA, full precision on the CPU."""
-    import torch
-
-    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
+def auto_precision(accelerator: str = "auto", rehearse_cuda: bool = False) -> str:
+    """trainer.precision's default, for the accelerator the run asks for (cuda_choices.py)."""
+    return cuda_choices(accelerator, rehearse_cuda).precision
 
 
 def rung_lines() -> str:
@@ -122,6 +121,32 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
     return cfg
 
 
+@functools.cache
+def base_values(source: str) -> dict[str, Any]:
+    """conf/config.yaml with data=<source> and nothing else (no rung, no command line), resolved: what each key
+    is before anything chooses it. Inside train.py's Hydra app, Hydra is set up already, on the same conf/."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_resolvers()
+    overrides = [f"data={source}"]
+    if GlobalHydra.instance().is_initialized():
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys: {"optim.lr": 0.001, ...}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     """What the schema's types cannot say, checked before anything is written: keys Hydra force-added
     with `+`, values left unset, and ranges. Raises a one-line UserError."""
@@ -152,15 +177,13 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
 
 _ABSENT = object()
 
-# key, whether a value is in range, what the range is, an example value
+# key, whether a value is in range, what the range is, an example value; a data source's own keys declare
+# theirs in its Config (config_schema.source_key)
 RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("data.batch_size", lambda v: v >= 1, "at least 1", "64"),
     ("data.val_size", lambda v: v >= 0, "at least 0 (0: no validation, every training image trains)", "5000"),
     ("data.train_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
     ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
-    ("data.num_train", lambda v: v >= 1, "at least 1", "10000"),
-    ("data.num_test", lambda v: v >= 1, "at least 1", "2000"),
-    ("data.max_file_mib", lambda v: v > 0, "above 0 (MiB)", "4"),
     ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
     (
         "ladder",
@@ -177,6 +200,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("loss.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
     ("optim.epochs", lambda v: v >= 1, "at least 1", "100"),
     ("checkpoint.every_n_epochs", lambda v: v >= 0, "0 (no checkpoint) or more", "1"),
+    ("checkpoint.min_interval_s", lambda v: v >= 0, "0 (every epoch) or more seconds", "60"),
     ("trainer.max_epochs", lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100"),
     ("optim.lr", lambda v: v > 0, "above 0", "1e-3"),
     ("profile.epoch_scale", lambda v: v > 0, "above 0", "0.1"),
@@ -184,9 +208,10 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
 
 
 def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value out of range (keys the chosen data source lacks are skipped)."""
+    """One message per value out of range: the shared keys' (RANGES) and the chosen data source's own."""
+    source = data_schemas().get(OmegaConf.select(cfg, "data.source", default=None), DataConfig)
     errors = []
-    for key, in_range, what, example in RANGES:
+    for key, in_range, what, example in (*RANGES, *source_ranges(source)):
         try:
             value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
         except MissingMandatoryValue:

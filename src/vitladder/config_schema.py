@@ -9,6 +9,7 @@ refused at composition, before anything runs. Ranges and cross-field rules are `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -25,6 +26,28 @@ class ModelConfig:
     num_heads: int = MISSING
     mlp_ratio: float = MISSING
     drop_path_rate: float = MISSING
+
+
+# A key's valid values: whether a value is in range, the range in words, an example value (config.range_errors).
+Valid = tuple[Callable[[Any], bool], str, str]
+
+
+def source_key(default: Any = MISSING, *, valid: Valid | None = None, in_recipe: bool = True) -> Any:
+    """A field of a data source's ``Config``: its default, its valid values, and whether it is part of the
+    recipe (False for a key that changes no result, such as a cache folder; training/recipe.py)."""
+    return field(default=default, metadata={"valid": valid, "in_recipe": in_recipe})
+
+
+def source_ranges(schema: type) -> list[tuple[str, Callable[[Any], bool], str, str]]:
+    """(data.<key>, in range, the range in words, an example) for each key of a source's Config that declares one."""
+    return [(f"data.{f.name}", *f.metadata["valid"]) for f in fields(schema) if f.metadata.get("valid")]
+
+
+def keys_outside_the_recipe() -> list[str]:
+    """data.<key> for every source key its Config marks outside the recipe (source_key(in_recipe=False))."""
+    schemas = data_schemas().values()
+    marked = {f.name for schema in schemas for f in fields(schema) if not f.metadata.get("in_recipe", True)}
+    return [f"data.{name}" for name in sorted(marked)]
 
 
 @dataclass
@@ -118,11 +141,13 @@ class SpeedConfig:
     """The project's speed switches that are not Trainer arguments."""
 
     compile: bool = MISSING  # torch.compile the model in place
+    rehearse_cuda: bool = MISSING  # any device takes the choices of a CUDA GPU (cuda_choices.py): a rehearsal
 
 
 @dataclass
 class CheckpointConfig:
     every_n_epochs: int = MISSING  # last.ckpt after every N-th epoch; 0: none
+    min_interval_s: float = MISSING  # ...once this many seconds have passed since the last save
 
 
 @dataclass

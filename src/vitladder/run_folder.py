@@ -3,6 +3,7 @@
     <output_root>/<ladder>/<rung>/            seed 0
     <output_root>/<ladder>/<rung>-seed<k>/    any other seed
         config.yaml, overrides.yaml           the resolved config and the command line's overrides
+        provenance.json                       what made it: versions, and every key's default then
         metrics.csv                           per-epoch metrics and per-step lr
         checkpoints/last.ckpt                 Lightning's resumable state
         checkpoints/model.pt                  the final model (MODEL_FORMAT), loadable without Lightning
@@ -67,6 +68,10 @@ class RunPaths:
     @property
     def overrides(self) -> Path:
         return self.root / "overrides.yaml"
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / "provenance.json"
 
     @property
     def metrics_csv(self) -> Path:

@@ -7,9 +7,11 @@ import re
 import shutil
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tiny_data import tiny_data
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.outputs import read_csv
@@ -120,6 +122,64 @@ def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_p
     assert len(read_csv(run_dir / "analysis" / "tracking.csv")) == 28
 
 
+def record_analysis_and_teardown(monkeypatch) -> list:
+    """In order: "teardown" when Lightning's teardown moves the module to the CPU, and ("analysis", device) when the
+    final analysis starts, with the device of the network's parameters."""
+    from vitladder.analysis import callback as callback_module
+    from vitladder.training.module import RecipeModule
+
+    events: list = []
+    cpu, final = RecipeModule.cpu, callback_module.analyse
+    monkeypatch.setattr(RecipeModule, "cpu", lambda self: events.append("teardown") or cpu(self))
+
+    def recorded(model, images, *args, labels=None, **kwargs):
+        if labels is not None:  # the final analysis (the tracking passes no labels)
+            events.append(("analysis", next(model.parameters()).device))
+        return final(model, images, *args, labels=labels, **kwargs)
+
+    monkeypatch.setattr(callback_module, "analyse", recorded)
+    return events
+
+
+def test_the_final_analysis_runs_on_the_training_device(tmp_path: Path, monkeypatch) -> None:
+    # Lightning's teardown moves the module to the CPU between on_train_end and on_fit_end: the analysis comes first.
+    from vitladder.config import compose_rung
+    from vitladder.data.datamodule import ImageDataModule
+    from vitladder.training.run import build_module
+
+    events = record_analysis_and_teardown(monkeypatch)
+    data = tiny_data(num_train=300, num_test=20, val_size=100, batch_size=100)
+    cfg = compose_rung("patch4", ["profile=smoke", *data, "model.depth=2", "analysis.track_every_n_epochs=0"])
+    datamodule = ImageDataModule(cfg.data)
+    datamodule.setup()
+
+    def fit(out_dir: Path, ckpt_path: Path | None = None) -> tuple[L.Trainer, AttentionAnalysis]:
+        callback = AttentionAnalysis.from_config(cfg.analysis, out_dir, rung=cfg.rung, patch_px=4, data=datamodule)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_epochs=1,
+            limit_val_batches=0,
+            logger=False,
+            enable_checkpointing=False,
+            default_root_dir=tmp_path,
+            callbacks=[callback],
+        )
+        trainer.fit(build_module(cfg, datamodule), datamodule=datamodule, ckpt_path=ckpt_path)
+        return trainer, callback
+
+    trainer, _ = fit(tmp_path / "analysis")
+    assert trainer.global_step == 2 and events == [("analysis", trainer.strategy.root_device), "teardown"]
+
+    # Resumed after its last epoch, a run trains nothing and Lightning skips on_train_end: the analysis comes after
+    # the teardown, with the module moved back to the training device, and left on the CPU as the teardown left it.
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    events.clear()
+    trainer, callback = fit(tmp_path / "again", ckpt_path=tmp_path / "last.ckpt")
+    assert trainer.global_step == 2, "nothing left to train"
+    assert events[:2] == ["teardown", ("analysis", trainer.strategy.root_device)] and callback.summary is not None
+    assert next(trainer.lightning_module.parameters()).device.type == "cpu"
+
+
 def test_state_dict_round_trip_and_config() -> None:
     cfg = OmegaConf.create(
         {
@@ -157,5 +217,6 @@ def test_disabled_callback_does_nothing() -> None:
 
     callback.on_train_start(Trainer(), None)
     callback.on_train_epoch_end(Trainer(), None)
+    callback.on_train_end(Trainer(), None)
     callback.on_fit_end(Trainer(), None)
     assert callback.history == [] and callback.summary is None and not Path("never").exists()

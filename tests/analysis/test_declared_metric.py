@@ -93,7 +93,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     )
 
     callback.on_train_epoch_end(trainer, module)  # tracking: epoch 1
-    callback.on_fit_end(trainer, module)  # the final analysis: CSVs and figures
+    callback.on_train_end(trainer, module)  # the final analysis: CSVs and figures
 
     _, maps = capture_attention(model, normalize(test))  # [(5, H, T, T)] * L
     expected = torch.stack([self_share(a) for a in maps])  # (L, H)

@@ -156,7 +156,7 @@ def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images
     reference = eval_reference(test.images[:7], batch_size=4, labels=test.labels[:7], example_index=3)
     module = LightningLike(stochastic_vit())
     callback = make_callback(tmp_path, trainer.datamodule)
-    callback.on_fit_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
+    callback.on_train_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
     assert module.model.training
     assert callback.summary.num_images == 7 and (tmp_path / "heads.csv").is_file()
     assert_same(callback.summary, reference)

@@ -205,6 +205,22 @@ def test_an_epochs_order_is_the_seeds_order_stream_and_no_other() -> None:
     assert not torch.equal(batches.indices(3), expected)
 
 
+def test_the_order_is_drawn_on_the_cpu_whatever_the_device_then_moved_there(monkeypatch) -> None:
+    # Every rank must draw the same order: CUDA's randperm may differ between GPU models, the CPU's does not.
+    # The meta device stands for one that is not the CPU (it has no random generator at all).
+    drawn = []
+    randperm = torch.randperm
+
+    def recorded(n, *, generator=None, **kwargs):
+        drawn.append((generator.device.type, kwargs.get("device")))
+        return randperm(n, generator=generator, **kwargs)
+
+    monkeypatch.setattr(torch, "randperm", recorded)
+    images = torch.zeros(20, 3, 4, 4, dtype=torch.uint8, device="meta")
+    batches = DeviceBatches(images, torch.zeros(20, dtype=torch.long, device="meta"), 5, shuffle=True, augment=False)
+    assert batches.indices(2).device.type == "meta" and drawn == [("cpu", None)]
+
+
 def test_defaults_are_the_recipes_crop_flip_and_seed() -> None:
     batches = DeviceBatches(torch.zeros(4, 3, 4, 4, dtype=torch.uint8), torch.arange(4), 2, shuffle=False, augment=True)
     assert (batches.crop_padding, batches.flip, batches.seed, batches.drop_last) == (4, True, 0, False)

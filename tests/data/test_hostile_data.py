@@ -360,7 +360,7 @@ def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:
     grey16 = np.resize(levels, (32, 32))  # (32, 32): the levels repeated along each row
     data = encoded(Image.fromarray(grey16), "PNG")
     with Image.open(io.BytesIO(data)) as image:
-        assert image.mode == "I;16"  # what Pillow writes and reads back for 16-bit grey
+        assert image.mode in ("I;16", "I")  # 16-bit grey read back: "I" at Pillow 10.1 (the floor), "I;16" later
     expected = np.array([0, 1, 1, 128, 233, 255], dtype=np.uint8)  # round(v / 257)
     assert decode(data)[0, :6].tolist() == [[v, v, v] for v in expected.tolist()]
     # ...and through a folder, as training sees it

@@ -1,10 +1,13 @@
-"""The benchmark runs end to end with tiny step counts and writes every figure (no timing assertions)."""
+"""The benchmark runs end to end with tiny step counts and writes every figure (no timing assertions); its host
+sync count sees a sync planted in the loop, and its checkpoint is a real last.ckpt that resumes."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+import torch
 from entry_points import load_script
 
 from vitladder.config import compose_rung
@@ -28,14 +31,24 @@ FIGURES = {
     "settings",
     "rounds",
     "meets_targets",
+    "host_syncs_per_step",
+    "cuda_syncs_per_step",
+    "checkpoint_s",
+    "checkpoint_mib",
+    "checkpoint_share",
 }
 TINY_RUN = dict(
     batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=32, analysis_batch_size=16, analysis_rounds=1
 )
 
 
-def test_the_benchmark_reports_every_figure():
-    report = run_benchmark(["tiny"], "cpu", TINY_RUN, log=lambda _: None)
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    return run_benchmark(["tiny"], "cpu", TINY_RUN, log=lambda _: None, folder=tmp_path_factory.mktemp("bench"))
+
+
+def test_the_benchmark_reports_every_figure(tiny_report):
+    report = tiny_report
     assert report["device"] == "cpu" and set(report["widths"]) == {"tiny"}
     figures = report["widths"]["tiny"]
     assert FIGURES <= set(figures)
@@ -52,9 +65,57 @@ def test_the_benchmark_reports_every_figure():
     assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 32
     assert all(len(times) == 2 for times in figures["rounds"].values())
     assert figures["meets_targets"]["analysis_over_forward"] is None  # the 1.3x target is the full model's
+    assert figures["host_syncs_per_step"]["train"] == 0, "a training step never waits for the device"
+    assert figures["cuda_syncs_per_step"] is None  # CUDA's own count: on CUDA only
+    assert 1 < figures["checkpoint_mib"] < 5 and figures["checkpoint_s"] > 0  # weights + AdamW at width 48
+    # An epoch is shorter than the full profile's 60 s interval at this speed: one save a minute.
+    assert figures["checkpoint_share"] == pytest.approx(figures["checkpoint_s"] / max(60, figures["epoch_s"]))
     table = format_table(report)
-    for label in ("project / bare", "data share of a step", "analysis / forward", "CIFAR-10 epoch"):
+    for label in (
+        "project / bare",
+        "data share of a step",
+        "analysis / forward",
+        "CIFAR-10 epoch",
+        "host syncs / train step",
+        "host syncs / eval step",
+        "last.ckpt write + fsync",
+    ):
         assert label in table
+
+
+def test_a_sync_planted_in_a_step_is_counted_and_the_checkpoint_is_a_real_last_ckpt(tiny_report, monkeypatch, tmp_path):
+    from vitladder.devtools import benchmark
+    from vitladder.training.module import RecipeModule
+    from vitladder.training.resume import checkpoint_epoch
+
+    training_step, validation_step = RecipeModule.training_step, RecipeModule.validation_step
+
+    def syncing_train(self, batch, batch_idx):
+        loss = training_step(self, batch, batch_idx)
+        loss.item()  # one sync a step
+        return loss
+
+    def syncing_eval(self, batch, batch_idx):
+        validation_step(self, batch, batch_idx)
+        float(batch[1].sum()), batch[1].tolist()  # two a step
+
+    monkeypatch.setattr(RecipeModule, "training_step", syncing_train)
+    monkeypatch.setattr(RecipeModule, "validation_step", syncing_eval)
+    s = replace(settings_for("tiny", "cpu"), **TINY_RUN)
+    cfg = benchmark.bench_config(s)
+    saved = []
+    save_checkpoint = benchmark.AtomicCheckpointIO.save_checkpoint
+
+    def keep_one(io, checkpoint, path, storage_options=None):
+        save_checkpoint(io, checkpoint, path, storage_options)
+        saved.append(checkpoint_epoch(path))  # a Lightning checkpoint this project resumes from
+
+    monkeypatch.setattr(benchmark.AtomicCheckpointIO, "save_checkpoint", keep_one)
+    costs = benchmark.time_loop_costs(cfg, benchmark._prepare_data(cfg, torch.device("cpu")), s, tmp_path)
+    baseline = tiny_report["widths"]["tiny"]["host_syncs_per_step"]
+    assert costs["host_syncs_per_step"] == {"train": baseline["train"] + 1, "eval": baseline["eval"] + 2}
+    assert len(saved) == 1 + benchmark.CHECKPOINT_SAVES  # one untimed, then the timed ones
+    assert list(tmp_path.iterdir()) == [], "the timed checkpoints are removed"
 
 
 def test_the_script_writes_the_json(tmp_path, repo_root, capsys):

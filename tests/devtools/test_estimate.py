@@ -1,11 +1,13 @@
 """The ladder's time estimate times its training step with the shared timer: one warm-up step, two timed,
-divided by the images of a step (at most 64 on the CPU)."""
+divided by the images of a step (at most 64 on the CPU); and one checkpoint of the model, counted as often as the
+run's checkpoint interval saves."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from vitladder.config import compose_rung
 from vitladder.devtools import estimate
 from vitladder.model import ViTConfig, build_vit
 
@@ -14,12 +16,12 @@ TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    estimate.seconds_per_image.cache_clear()  # cached per (shape, batch, device) for the whole ladder
+    estimate.step_cost.cache_clear()  # cached per (shape, batch, device, folder) for the whole ladder
     yield
-    estimate.seconds_per_image.cache_clear()
+    estimate.step_cost.cache_clear()
 
 
-def test_seconds_per_image_is_the_shared_timers_step_over_its_images(monkeypatch):
+def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_path):
     models, calls = [], []
 
     def build(vit):
@@ -28,17 +30,40 @@ def test_seconds_per_image_is_the_shared_timers_step_over_its_images(monkeypatch
 
     def fake_time_steps(step, warmup, steps, device):
         before = [p.detach().clone() for p in models[-1].parameters()]
-        step()  # the step it times: a real AdamW step of the model
+        step()  # the step it times: a real AdamW step of the model, then a real save
         trained = any(not torch.equal(p, b) for p, b in zip(models[-1].parameters(), before))
         calls.append((warmup, steps, device, trained))
         return 0.64
 
     monkeypatch.setattr(estimate, "build_vit", build)
     monkeypatch.setattr(estimate, "time_steps", fake_time_steps)
-    assert estimate.seconds_per_image(TINY_VIT, 128, "cpu") == pytest.approx(0.64 / 64)  # the CPU times 64 images
-    assert estimate.seconds_per_image(TINY_VIT, 16, "cpu") == pytest.approx(0.64 / 16)
-    assert calls == [(1, 2, torch.device("cpu"), True)] * 2
+    assert estimate.step_cost(TINY_VIT, 128, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 64)
+    assert estimate.step_cost(TINY_VIT, 16, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 16)
+    cpu = torch.device("cpu")
+    assert calls == [(1, 2, cpu, True), (0, 1, cpu, False)] * 2  # the steps, then one checkpoint
+    assert list(tmp_path.iterdir()) == [], "the timed checkpoint is removed"
 
 
-def test_seconds_per_image_on_the_cpu_is_a_real_positive_time():
-    assert 0 < estimate.seconds_per_image(TINY_VIT, 8, "cpu") < 1
+def test_the_step_and_checkpoint_on_the_cpu_are_real_positive_times(tmp_path):
+    cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path))
+    assert 0 < cost.per_image_s < 1 and 0 < cost.checkpoint_s < 5
+
+
+def test_the_estimate_counts_one_checkpoint_per_save_of_the_interval(monkeypatch, tmp_path):
+    cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=2.0)
+    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder: cost)
+    shape = estimate.DataShape(num_train=9_000, num_val=3_000, num_test=3_000, image_size=32, num_classes=10)
+    base = [f"output_root={tmp_path}", "optim.epochs=10", "trainer.accelerator=cpu"]
+    # Epochs of (9,000 + 3,000 / 3) x 1 ms = 10 s; the test pass 1 s.
+    run = 10 * 10.0 + 1.0 + estimate.RUN_OVERHEAD_S
+    every_epoch = compose_rung("patch8", [*base, "checkpoint.min_interval_s=0"])
+    assert estimate.estimate_run_seconds(every_epoch, shape) == pytest.approx(run + 10 * 2.0)
+    spaced = compose_rung("patch8", [*base, "checkpoint.min_interval_s=35"])  # after epochs 4 and 8, and 10
+    assert estimate.estimate_run_seconds(spaced, shape) == pytest.approx(run + 3 * 2.0)
+    none = compose_rung("patch8", [*base, "checkpoint.every_n_epochs=0"])
+    assert estimate.estimate_run_seconds(none, shape) == pytest.approx(run)
+
+
+def test_the_checkpoint_is_timed_on_the_disk_of_the_run_folder_to_be(tmp_path):
+    assert estimate.existing_folder(tmp_path / "outputs" / "full" / "warmup") == tmp_path
+    assert estimate.existing_folder(tmp_path) == tmp_path

@@ -17,7 +17,9 @@ import pytest
 from entry_points import load_script
 from packaging.requirements import Requirement
 
-from vitladder.devtools.gpu_check import RESERVE_S, Measured, choose, markdown, max_time, plan_epochs
+from vitladder.devtools import gpu_check
+from vitladder.devtools.gpu_check import RESERVE_S, CheckOptions, Measured, choose, markdown, max_time, plan_epochs
+from vitladder.run_folder import RunPaths
 
 # Records, at exit, every module the process imported.
 MODULE_DUMP = textwrap.dedent(
@@ -133,6 +135,19 @@ def test_the_cpu_rehearsal_benchmarks_trains_analyses_and_writes_its_files(smoke
     assert train["data"] == "synthetic images" and result["analysis"]["analysed"] == "a seeded sample of 50"
 
 
+def test_the_check_saves_checkpoints_as_the_profile_does_and_counts_their_cost(smoke):
+    out, result, _, _ = smoke
+    checkpoint = result["checkpoint"]
+    assert checkpoint["min_interval_s"] == 0 and checkpoint["every_n_epochs"] == 1  # the smoke profile's
+    assert 0 < checkpoint["save_s"] < 10 and 1 < checkpoint["mib"] < 10  # weights and AdamW state at width 48
+    assert checkpoint["saves_planned"] == result["train"]["epochs_planned"]  # every epoch, at this interval
+    assert 0 < checkpoint["share_of_training_planned"] < 1
+    assert (out / "epochs200" / "checkpoints" / "last.ckpt").is_file(), "the run saves as a user's would"
+    assert not list(out.glob(".bench-checkpoint-*")), "the timed checkpoint is removed"
+    assert result["host_syncs_per_step"]["train"] == 0 and result["cuda_syncs_per_step"] is None
+    assert "Host syncs per step" in (out / "gpu_check.md").read_text()
+
+
 def test_the_cpu_rehearsal_keeps_to_its_budget(smoke):
     _, result, _, wall = smoke
     assert wall < 180, "the rehearsal takes under 3 minutes"
@@ -199,6 +214,91 @@ def test_epochs_fit_the_time_left():
     assert plan_epochs(300.0, 50_000, 45_000, 5_000, 200) == 200  # 243 fit: capped at the recipe's 200
     assert plan_epochs(5.0, 100, 45_000, 5_000, 200) == 1  # at least one epoch
     assert max_time(3725.9) == "00:01:02:05" and max_time(0.2) == "00:00:00:01"
+
+
+def test_the_epochs_planned_leave_time_for_their_checkpoints():
+    # 3 s a save: every epoch (1.233 + 3 s) leaves 23 epochs of 100 s; one a minute saves after epoch 49 and the
+    # last, so 76 epochs (93.7 s) and 2 saves (6 s) fit.
+    assert plan_epochs(100.0, 50_000, 45_000, 5_000, 200, checkpoint=(3.0, 1, 0.0)) == 23
+    assert plan_epochs(100.0, 50_000, 45_000, 5_000, 200, checkpoint=(3.0, 1, 60.0)) == 76
+    assert plan_epochs(100.0, 50_000, 45_000, 5_000, 200, checkpoint=(3.0, 0, 60.0)) == 81  # no checkpoints
+
+
+def test_the_check_does_not_turn_checkpoints_off(tmp_path):
+    cfg = gpu_check.compose(CheckOptions(out=tmp_path))
+    assert cfg.checkpoint.every_n_epochs == 1 and cfg.checkpoint.min_interval_s == 60  # the full profile's
+
+
+@pytest.fixture
+def measured_benchmark(monkeypatch, tmp_path):
+    """The check's benchmark replaced by its figures: what run_check does after it, in a second."""
+    loop = {
+        "host_syncs_per_step": {"train": 0.0, "eval": 0.0},
+        "cuda_syncs_per_step": None,
+        "checkpoint_s": 0.05,
+        "checkpoint_mib": 2.4,
+    }
+
+    class Data:
+        train = val = type("Split", (), {"labels": [0] * 1000})
+
+    monkeypatch.setattr(
+        gpu_check,
+        "benchmark",
+        lambda options, clock, device, log: ({"eager": Measured(900.0, 0.07, 1.0)}, {}, loop, Data),
+    )
+    return CheckOptions(out=tmp_path / "out", budget_s=60, smoke=True)
+
+
+def failing_run(metrics: str):
+    def train_rung(cfg):
+        paths = RunPaths(Path(cfg.run_dir))
+        paths.metrics_csv.parent.mkdir(parents=True)
+        paths.metrics_csv.write_text(metrics)
+        raise RuntimeError("the GPU fell off the bus")
+
+    return train_rung
+
+
+@pytest.mark.parametrize(
+    "metrics, phase",
+    [
+        ("epoch,step,val/acc\n1,15,0.25\n", "training"),
+        ("epoch,step,val/acc,test/acc\n2,31,0.5,\n2,31,,0.45\n", "analysis"),
+    ],
+)
+def test_a_crash_keeps_what_was_measured_before_it(measured_benchmark, monkeypatch, metrics, phase):
+    monkeypatch.setattr(gpu_check, "train_rung", failing_run(metrics))
+    with pytest.raises(RuntimeError, match="fell off the bus"):
+        gpu_check.run_check(measured_benchmark, log=lambda _: None)
+    kept = json.loads((measured_benchmark.out / "gpu_check.json").read_text())
+    assert kept["benchmark"]["eager"]["images_per_s"] == 900.0 and kept["checkpoint"]["save_s"] == 0.05
+    assert kept["failed"] == {"phase": phase, "error": "RuntimeError: the GPU fell off the bus"}
+    assert kept["train"]["epochs_planned"] >= 1 and kept["phases_s"]["benchmark"] >= 0
+    assert kept["train"]["epochs_trained"] == (1 if phase == "training" else 2)
+    assert kept["train"].get("test_acc") == (None if phase == "training" else 0.45)
+
+
+def test_the_versions_and_their_warnings_come_before_an_old_library_can_crash_the_check(repo_root, tmp_path):
+    # A timm older than the floor whose import fails, as timm 0.9 fails on `timm.layers.attention`.
+    old = tmp_path / "old"
+    (old / "timm").mkdir(parents=True)
+    (old / "timm" / "__init__.py").write_text("raise ImportError('an old timm')\n")
+    (old / "timm-0.9.2.dist-info").mkdir()
+    (old / "timm-0.9.2.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: timm\nVersion: 0.9.2\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old), str(repo_root / "src")])}
+    result = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--smoke", "--out", str(tmp_path / "out")],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0 and "an old timm" in result.stderr
+    assert "timm 0.9.2" in result.stdout.splitlines()[0] and "torch " in result.stdout
+    warning = "warning: timm 0.9.2 is outside >=1.0.16 (pyproject.toml)"
+    assert result.stderr.index(warning) < result.stderr.index("an old timm"), result.stderr[-2000:]
 
 
 def test_the_setting_that_trains_longest_is_chosen():
@@ -269,6 +369,9 @@ def a_gpu_result(**train) -> dict:
         "fused_adamw": True,
         "tf32": True,
         "benchmark": {"compiled": {"images_per_s": 40_000, "step_ms": 12.8, "startup_s": 60, "epochs_in_budget": 38}},
+        "host_syncs_per_step": {"train": 0, "eval": 0},
+        "cuda_syncs_per_step": None,
+        "checkpoint": dict(mib=143, save_s=0.45, min_interval_s=60, saves_planned=7, share_of_training_planned=0.008),
         "best": {"setting": "compiled", "images_per_s": 40_000},
         "targets": {"images_per_s_min": 25_000, "images_per_s_aim": 50_000, "met": True},
         "train": {

@@ -35,8 +35,8 @@ def test_the_report_run_lists_every_rungs_model_and_analysis_as_logged(smoke_lad
     for folder in sorted((smoke_ladder / "wandb").glob("offline-run-*")):  # every build of the report
         inputs = {(i["name"], i["type"], i["digest"]) for i in wandb_run_reader(folder).config["inputs"]}
         assert inputs == logged and {kind for _, kind, _ in inputs} == {"model", "analysis"}, folder
-    (dataset,) = rung.config["inputs"]  # the rung run's own input: its data set, by reference
-    assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic-600-100-seed0"
+    (dataset,) = rung.config["inputs"]  # the rung run's own input: its data set, by the digest of its arrays
+    assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic"
 
 
 RUN_FIELDS = {"group": "run_group", "jobType": "job_type"}  # a run-set filter's run field -> the run record's

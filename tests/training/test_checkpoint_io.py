@@ -10,16 +10,20 @@ import os
 import stat
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 from tiny_data import tiny_data
 
 from vitladder.cli import reports_user_errors
+from vitladder.config import compose_rung
 from vitladder.errors import CheckpointError
 from vitladder.run_folder import RunPaths
+from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
-from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, saves_in
 from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import train_rung
 
@@ -106,3 +110,88 @@ def test_lightning_reads_checkpoints_weights_only_through_the_plugin(tiny_cfg, t
     with pytest.raises(CheckpointError, match="refused"):
         trainer.strategy.load_checkpoint(ckpt, weights_only=False)  # even when asked to unpickle
     assert not marker.exists()
+
+
+class FakeClock:
+    """time.monotonic for the checkpoint callback: each training epoch takes ``epoch_s`` seconds."""
+
+    def __init__(self, epoch_s: float):
+        self.now, self.epoch_s = 0.0, epoch_s
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class EpochTakes(L.Callback):
+    def __init__(self, clock: FakeClock, stop_after: int | None = None):
+        self.clock, self.stop_after = clock, stop_after
+
+    def on_train_epoch_end(self, trainer, pl_module):  # runs before the checkpoint callback (Lightning's order)
+        self.clock.now += self.clock.epoch_s
+        if trainer.current_epoch + 1 == self.stop_after:
+            trainer.should_stop = True  # as trainer.max_time's timer does
+
+
+def saved_epochs(tmp_path, monkeypatch, min_interval_s: float, epoch_s: float, stop_after: int | None = None):
+    """The epochs (epochs trained) a 7-epoch fit saves last.ckpt after, its epochs taking ``epoch_s`` each."""
+    clock = FakeClock(epoch_s)
+    monkeypatch.setattr(checkpoint_io, "time", clock)
+    saved = []
+
+    class Recording(AtomicCheckpointIO):
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
+            saved.append(checkpoint["epoch"] + 1)
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+    checkpoint = SpacedCheckpoint(
+        min_interval_s=min_interval_s, dirpath=tmp_path, filename="last", enable_version_counter=False
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=7,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[checkpoint, EpochTakes(clock, stop_after)],
+        plugins=[Recording()],
+    )
+    trainer.fit(BoringModel())
+    assert checkpoint_epoch(tmp_path / "last.ckpt") == saved[-1]
+    if stop_after is None:  # the schedule the ladder's estimate and the GPU check count
+        assert len(saved) == saves_in(7, epoch_s, every_n_epochs=1, min_interval_s=min_interval_s)
+    return saved
+
+
+def test_checkpoints_wait_for_their_interval_and_the_last_epoch_is_always_saved(tmp_path, monkeypatch):
+    # Epochs of 25 s, at most one save a minute: after epochs 3 (75 s) and 6 (150 s), and the last, 7.
+    assert saved_epochs(tmp_path / "a", monkeypatch, min_interval_s=60, epoch_s=25) == [3, 6, 7]
+    assert saved_epochs(tmp_path / "b", monkeypatch, min_interval_s=0, epoch_s=25) == [1, 2, 3, 4, 5, 6, 7]
+    assert saved_epochs(tmp_path / "c", monkeypatch, min_interval_s=60, epoch_s=90) == [1, 2, 3, 4, 5, 6, 7]
+    # A stop asked for mid-fit (trainer.max_time's timer, early stopping) saves the epoch it ends on.
+    assert saved_epochs(tmp_path / "d", monkeypatch, min_interval_s=3600, epoch_s=25, stop_after=2) == [2]
+
+
+def test_a_run_saves_at_the_configured_interval(tiny_cfg, monkeypatch):
+    saves = []
+    save = torch.save
+
+    def counting(obj, file, *args, **kwargs):
+        if isinstance(obj, dict) and "loops" in obj:  # a Lightning checkpoint
+            saves.append(obj["epoch"] + 1)
+        return save(obj, file, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", counting)
+    cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", "checkpoint.min_interval_s=3600", *TINY)  # 3 epochs
+    assert train_rung(cfg)["epochs"] == 3
+    assert saves == [3], "within the interval only the last epoch is saved"
+    assert compose_rung("epochs200").checkpoint.min_interval_s == 60  # the full profile's (docs/design.md §6)
+    assert compose_rung("epochs200", ["profile=smoke"]).checkpoint.min_interval_s == 0
+
+
+def test_the_count_of_saves_follows_the_interval_and_every_n_epochs():
+    assert saves_in(200, 1.1, every_n_epochs=1, min_interval_s=60) == 4  # an H200: after epochs 55, 110, 165, 200
+    assert saves_in(200, 1200.0, every_n_epochs=1, min_interval_s=60) == 200  # a CPU: every epoch
+    assert saves_in(10, 1.0, every_n_epochs=3, min_interval_s=0) == 3  # epochs 3, 6, 9 (10 is not a 3rd)
+    assert saves_in(10, 1.0, every_n_epochs=0, min_interval_s=0) == 0

@@ -155,6 +155,22 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
     assert trained == ["patch8"]
 
 
+def test_the_ladder_on_another_rank_trains_what_rank_0_trains_and_nothing_else(tmp_path, monkeypatch, capsys):
+    """Lightning's DDP launcher runs scripts/ladder.py again for every other rank: no estimate, log or report there."""
+    import vitladder.training.run as run_module
+    from vitladder.devtools import estimate
+
+    runs = plan_ladder([0], ["profile=smoke", f"output_root={tmp_path}"])
+    finish(runs[0])
+    monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: pytest.fail("only rank 0 estimates"))
+    trained = []
+    monkeypatch.setattr(run_module, "train_rung", lambda cfg, overrides: trained.append(overrides) or {})
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    load_script("ladder").main(["profile=smoke", f"output_root={tmp_path}"])
+    assert trained == [run.overrides for run in runs[1:]], "rank 0's runs, in its order"
+    assert capsys.readouterr().out == "" and [p.name for p in (tmp_path / "smoke").iterdir()] == ["patch8"]
+
+
 @pytest.mark.parametrize("confirm, passed", [("", False), ("1", True), ("0", False)])
 def test_make_ladder_passes_the_confirmation(repo_root, confirm, passed):
     dry_run = subprocess.run(

@@ -93,16 +93,15 @@ def test_a_ladder_stops_at_a_locked_rung_with_the_same_line(tmp_path, child_env,
     assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == ["patch8"], "the ladder went past the rung"
 
 
-def test_in_process_a_held_lock_is_refused_at_once_and_other_ranks_of_the_run_pass(
-    tmp_path, child_env, monkeypatch, tiny_cfg
-):
+def test_in_process_a_held_lock_is_refused_at_once_whatever_the_rank(tmp_path, child_env, monkeypatch, tiny_cfg):
     cfg = tiny_cfg("patch8", f"output_root={tmp_path}")
     holder = hold(Path(cfg.run_dir), child_env())
     try:
         with pytest.raises(RunLocked, match=f"pid {holder.pid}"):
             train_rung(cfg)
-        monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP worker of the holder's own run trains alongside it
-        with run_lock(Path(cfg.run_dir)):
+        # The other ranks of a run never take the lock (they write nothing: test_ranks); one that asks is refused.
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        with pytest.raises(RunLocked), run_lock(Path(cfg.run_dir)):
             pass
     finally:
         holder.send_signal(signal.SIGKILL)

@@ -8,8 +8,7 @@ import torch
 from run_helpers import fit, module_for
 
 from vitladder.config import rung_names
-from vitladder.training import module as module_module
-from vitladder.training.module import TrainingDiverged, optimizer_kwargs, use_tensor_cores
+from vitladder.training.module import TrainingDiverged
 
 
 @pytest.mark.parametrize("rung", rung_names())
@@ -139,27 +138,13 @@ def test_train_acc_under_mixup_scores_the_dominant_class_of_the_mixed_target(tin
     assert module.train_acc.compute() == 0.0
 
 
-def test_fused_adamw_and_tf32_are_asked_for_on_cuda_only(monkeypatch):
-    assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
-    assert optimizer_kwargs(torch.device("cpu")) == {}
-    previous = torch.get_float32_matmul_precision()
-    try:
-        torch.set_float32_matmul_precision("highest")
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-        use_tensor_cores()
-        assert torch.get_float32_matmul_precision() == "highest"
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        use_tensor_cores()
-        assert torch.get_float32_matmul_precision() == "high"
-    finally:
-        torch.set_float32_matmul_precision(previous)
-
-
-def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, monkeypatch):
-    # As on CUDA; fused AdamW also runs on the CPU, so the path from the module through timm's factory is real.
-    monkeypatch.setattr(module_module, "optimizer_kwargs", lambda device: {"fused": True})
-    cfg = tiny_cfg("patch4")
+def test_the_module_hands_fused_to_timms_adamw(tiny_cfg, matmul_precision):
+    # As on CUDA (cuda_choices.py); fused AdamW also runs on the CPU, so the path from the config through the
+    # module and timm's factory is real.
+    cfg = tiny_cfg("patch4", "speed.rehearse_cuda=true")
     trainer = fit(cfg, module_for(cfg), fast_dev_run=1)
     optimizer = trainer.optimizers[0]
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
     assert [group["weight_decay"] for group in optimizer.param_groups] == [0.0, cfg.optim.weight_decay]
+    plain = tiny_cfg("patch4")
+    assert not fit(plain, module_for(plain), fast_dev_run=1).optimizers[0].defaults["fused"]

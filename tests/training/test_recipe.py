@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from run_helpers import module_for, set_up_data
 from torch import nn
 
-from vitladder.config import auto_precision, compose_rung, rung_names, scaled_epochs
+from vitladder.config import compose_rung, rung_names, scaled_epochs
 from vitladder.run_folder import RunPaths
 from vitladder.training.module import RecipeModule, TrainingDiverged, build_mixup
 from vitladder.training.resume import seed_epoch
@@ -139,6 +139,7 @@ def test_the_hyperparameters_saved_in_checkpoints_are_the_modules_arguments(tiny
         "max_epochs": 1,
         "warmup_epochs": 0.05,
         "compile": False,
+        "fused_adamw": False,  # a CPU run
         "seed": cfg.seed,
     }
 
@@ -264,14 +265,6 @@ def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tin
     for rank, epoch in ((0, 4), (1, 5)):  # another rank, or the next epoch: other draws
         seed_epoch(3, rank, epoch)
         assert not torch.equal(torch.rand(4), first[0])
-
-
-@pytest.mark.parametrize("cuda, expected", [(True, "bf16-mixed"), (False, "32-true")])
-def test_auto_precision_is_bf16_mixed_on_cuda_and_fp32_on_the_cpu(cuda: bool, expected: str, monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert auto_precision() == expected
-    assert compose_rung("patch8").trainer.precision == expected  # trainer.precision's default
-    assert compose_rung("patch8", ["trainer.precision=16-mixed"]).trainer.precision == "16-mixed"  # kept
 
 
 def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:

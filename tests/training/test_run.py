@@ -77,7 +77,7 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     # warmup_epochs, compile, ...).
     expected = {key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != "rung_info"}
     inputs = wandb_summary["config"].get("inputs")
-    assert [(i["type"], i["name"]) for i in inputs] == [("dataset", "dataset-synthetic-1200-200-seed0")]
+    assert [(i["type"], i["name"]) for i in inputs] == [("dataset", "dataset-synthetic")]
     assert wandb_summary["config"] == {**expected, "rung_index": 5, "inputs": inputs}
     assert torch.load(paths.last_ckpt, weights_only=True)["hyper_parameters"]["model"]["patch_size"] == 4
     text = json.dumps(wandb_summary)

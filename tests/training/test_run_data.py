@@ -80,13 +80,15 @@ def folder_overrides(root: Path, tmp_path: Path) -> list[str]:
 
 def test_the_estimate_times_a_model_for_the_datas_image_size_and_classes(tmp_path, monkeypatch) -> None:
     timed = []
-    monkeypatch.setattr(estimate, "seconds_per_image", lambda vit, batch, device: timed.append(vit) or 1e-3)
+    cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=0.5)
+    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder: timed.append(vit) or cost)
     root = make_folder(tmp_path / "folder", size=48)
     cfg = folder_cfg(root, tmp_path, "patch8")
     (seconds,) = estimate_ladder([cfg])
     assert [(vit.img_size, vit.num_classes, vit.patch_size) for vit in timed] == [(48, 2, 8)]
     epochs, _ = scaled_epochs(cfg)  # of 40 training images (8 held out to validate) and 12 test images
-    assert seconds == pytest.approx(estimate.RUN_OVERHEAD_S + 1e-3 * (epochs * (40 + 8 / 3) + 12 / 3))
+    checkpoints = 0.5 * epochs  # the smoke profile saves every epoch
+    assert seconds == pytest.approx(estimate.RUN_OVERHEAD_S + 1e-3 * (epochs * (40 + 8 / 3) + 12 / 3) + checkpoints)
 
 
 def test_a_48px_image_folder_trains_a_48px_model_normalised_with_its_training_split(tmp_path) -> None:

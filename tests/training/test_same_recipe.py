@@ -3,8 +3,10 @@ moves the old run aside (never deletes it), keys outside the recipe change nothi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import lightning
 import pytest
 from omegaconf import OmegaConf
 
@@ -39,6 +41,18 @@ def test_changes_list_recipe_keys_only():
     assert in_recipe("trainer.gradient_clip_val") and in_recipe("data.batch_size") and in_recipe("wandb_like")
 
 
+def test_a_setting_added_or_removed_since_is_no_change_at_its_default():
+    stored = {"optim": {"lr": 0.002, "gone": 1, "gone_changed": 2}, "trainer": {"max_epochs": 3}}
+    current = {"optim": {"lr": 0.002, "new": 0.5, "new_changed": 7}, "trainer": {"max_epochs": 3, "barebones": False}}
+    then = {"optim.gone": 1, "optim.gone_changed": 1}
+    now = {"optim.new": 0.5, "optim.new_changed": 5, "trainer.barebones": False}
+    assert recipe_changes(stored, current, then, now) == [
+        ("optim.gone_changed", 2, ABSENT),
+        ("optim.new_changed", ABSENT, 7),
+    ]
+    assert len(recipe_changes(stored, current)) == 5, "without defaults every added or removed key is a change"
+
+
 def test_the_message_lists_changes_and_both_ways_on(tmp_path):
     changes = [(f"k{i}", i, i + 1) for i in range(8)]
     message = changed_recipe_message(tmp_path / "patch4", changes, finished=False)
@@ -46,6 +60,8 @@ def test_the_message_lists_changes_and_both_ways_on(tmp_path):
     assert "k5 5 → 6 and 2 more)" in message and "k6" not in message
     assert "ladder=NAME" in message and "make ladder LADDER=NAME" in message
     assert "overwrite=true" in message and "patch4.replaced-<time>/" in message
+    made = changed_recipe_message(tmp_path / "p", changes[:1], True, ["lightning 2.5.2 → 2.6.6", "timm 1.0 → 1.1"])
+    assert "another recipe (k0 0 → 1; made with lightning 2.5.2 → 2.6.6, timm 1.0 → 1.1): to keep it" in made
 
 
 def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
@@ -130,3 +146,74 @@ def test_rung_info_is_not_the_recipe(tiny_cfg):
     for stored in (reworded, before):
         paths.config.write_text(OmegaConf.to_yaml(stored))
         assert train_rung(cfg) == first, "skipped as finished under the same recipe"
+
+
+def drop(tree: dict, *keys: str) -> dict:
+    """``tree`` without the dotted ``keys``, as a config.yaml written before they existed."""
+    for key in keys:
+        *path, name = key.split(".")
+        node = tree
+        for part in path:
+            node = node[part]
+        del node[name]
+    return tree
+
+
+def test_an_upgrade_keeps_a_finished_run_of_the_same_recipe(tiny_cfg):
+    """A config.yaml of an older Lightning (no trainer.barebones, trainer.model_registry) and an older project
+    (no optim.warmup_start_lr, mixup.switch_prob) is the same recipe while those stand at their defaults; set
+    one of them on the command line and the run is another recipe, named with what made the folder."""
+    cfg = tiny_cfg("patch8", "analysis.enabled=false", "wandb.mode=disabled")
+    first = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    made = json.loads(paths.provenance.read_text())
+    libraries = {"torch", "lightning", "timm", "hydra-core", "wandb"}
+    assert set(made["versions"]) == {"vitladder", "git_commit", "python", *libraries}
+    assert made["versions"]["lightning"] == lightning.__version__ and made["versions"]["git_commit"]
+    assert made["defaults"]["trainer.model_registry"] is None and made["defaults"]["mixup.switch_prob"] == 0.5
+
+    old_keys = ("trainer.barebones", "trainer.model_registry", "optim.warmup_start_lr", "mixup.switch_prob")
+    stored = drop(OmegaConf.to_container(OmegaConf.load(paths.config)), *old_keys)
+    paths.config.write_text(OmegaConf.to_yaml(stored))
+    made["versions"]["lightning"] = "2.5.2"
+    paths.provenance.write_text(json.dumps(made))
+    stamp = paths.done.stat().st_mtime_ns
+    assert train_rung(cfg) == first and paths.done.stat().st_mtime_ns == stamp, "skipped untouched"
+
+    for override, named in (
+        ("trainer.model_registry=mine", "trainer.model_registry (absent) → mine"),
+        ("mixup.switch_prob=0.25", "mixup.switch_prob (absent) → 0.25"),
+    ):
+        with pytest.raises(UserError) as refused:
+            train_rung(tiny_cfg("patch8", "analysis.enabled=false", "wandb.mode=disabled", override))
+        assert f"another recipe ({named}; made with lightning 2.5.2 → {lightning.__version__}" in str(refused.value)
+
+
+def test_a_setting_removed_since_is_one_warning_if_it_stood_at_its_default(tiny_cfg):
+    cfg = tiny_cfg("patch8", "analysis.enabled=false", "wandb.mode=disabled")
+    first = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    made = json.loads(paths.provenance.read_text())
+    stored = OmegaConf.to_container(OmegaConf.load(paths.config))
+
+    def older_version_wrote(value: bool, default_then: bool | None) -> None:
+        stored["trainer"]["retired_flag"] = value  # a Trainer argument this version no longer has
+        paths.config.write_text(OmegaConf.to_yaml(stored))
+        defaults = {**made["defaults"], "trainer.retired_flag": default_then}
+        paths.provenance.write_text(json.dumps({**made, "defaults": defaults}))
+
+    older_version_wrote(False, default_then=False)
+    with pytest.warns(UserWarning) as warned:
+        assert train_rung(cfg) == first
+    (message,) = {str(w.message) for w in warned if w.category is UserWarning}
+    assert message == (
+        f"{paths.root}: trainer.retired_flag no longer is a setting; the run stood at the default, "
+        "so it is kept as the same recipe"
+    )
+    older_version_wrote(True, default_then=False)  # it was set: the run is another recipe
+    with pytest.raises(UserError, match=r"another recipe \(trainer.retired_flag true → \(absent\)\)"):
+        train_rung(cfg)
+    older_version_wrote(False, default_then=False)
+    paths.provenance.unlink()  # a folder from before provenance.json: the default it had is unknown
+    with pytest.raises(UserError, match=r"another recipe \(trainer.retired_flag false → \(absent\)\)"):
+        train_rung(cfg)

@@ -5,7 +5,7 @@
   first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
   ``track/layer{l}/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history
   that travels in the checkpoint, so a resumed run keeps it.
-- After fitting: the full analysis of the final model over the first ``num_images`` test
+- After training, on the training device: the full analysis of the final model over the first ``num_images`` test
   images, written to ``out_dir`` (CSVs + PNGs, see ``outputs.write_analysis``) and logged to
   W&B (run summary, tables, charts: ``wandb_log.log_analysis``) when a ``WandbLogger`` is among the
   trainer's loggers.
@@ -143,9 +143,26 @@ class AttentionAnalysis(L.Callback):
                 pl_module.log(key, value, rank_zero_only=True)
 
     # --- the final analysis ---------------------------------------------------------------
+    def _final_due(self, trainer: L.Trainer) -> bool:
+        return self.enabled and trainer.is_global_zero and self.summary is None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Here the model is still on the training device: Lightning's teardown moves it to the CPU next,
+        # before on_fit_end (on_train_end -> LightningModule.cpu() -> on_fit_end).
+        if self._final_due(trainer):
+            self._analyse_final(trainer, pl_module)
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.enabled or not trainer.is_global_zero:
-            return
+        # A run resumed after its last epoch trains nothing, and Lightning skips on_train_end: the model goes
+        # back to the training device for its analysis, then where the teardown left it.
+        if self._final_due(trainer):
+            pl_module.to(trainer.strategy.root_device)
+            try:
+                self._analyse_final(trainer, pl_module)
+            finally:
+                pl_module.cpu()
+
+    def _analyse_final(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         started = time.perf_counter()
         test = self.data.test
         n = min(self.num_images, len(test.images))

@@ -15,16 +15,21 @@ from vitladder.data.stats import ChannelStats, channel_stats
 from vitladder.errors import DataError, UserError
 
 
-def per_device_batch(batch_size: int, world_size: int) -> int:
+def per_device_batch(batch_size: int, world_size: int, even: bool = False) -> int:
     """``data.batch_size`` is the global batch: each of ``world_size`` processes takes an equal share, so
-    the steps per epoch, the warmup and the learning rate are the recipe's on any number of devices."""
-    if batch_size < 1 or batch_size % world_size:
-        fits = max(world_size, batch_size - batch_size % world_size)
-        raise UserError(
-            f"data.batch_size={batch_size} is the global batch and must split evenly over {world_size} devices: "
-            f"choose a multiple of {world_size}, e.g. data.batch_size={fits}"
-        )
-    return batch_size // world_size
+    the steps per epoch, the warmup and the learning rate are the recipe's on any number of devices.
+    ``even``: each share must be even too (timm's MixUp/CutMix pairs every image with another of its batch)."""
+    step = world_size * (2 if even else 1)
+    if batch_size >= 1 and batch_size % step == 0:
+        return batch_size // world_size
+    if batch_size >= 1 and batch_size % world_size == 0:
+        where = "" if world_size == 1 else f" on {world_size} devices"
+        problem = f"gives {batch_size // world_size} images per device{where}, and MixUp/CutMix needs an even batch"
+    else:
+        problem = f"is the global batch and must split evenly over {world_size} devices"
+        problem += " into even batches (MixUp/CutMix)" if even else ""
+    fits = max(step, batch_size - batch_size % step)
+    raise UserError(f"data.batch_size={batch_size} {problem}: choose a multiple of {step}, e.g. data.batch_size={fits}")
 
 
 @dataclass(frozen=True)

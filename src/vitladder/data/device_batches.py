@@ -110,8 +110,10 @@ class DeviceBatches:
         """(samples_per_rank,) dataset indices this rank visits in ``epoch``, in order."""
         n, device = self.images.shape[0], self.images.device
         if self.shuffle:
-            generator = torch.Generator(device=device).manual_seed(stream_seed(self.seed, epoch, "order"))
-            order = torch.randperm(n, generator=generator, device=device)  # same on every rank
+            # Drawn on the CPU, so every rank draws the same order whatever its GPU (CUDA's randperm may
+            # differ between GPU models), then moved once per epoch.
+            generator = torch.Generator().manual_seed(stream_seed(self.seed, epoch, "order"))
+            order = torch.randperm(n, generator=generator).to(device)
         else:
             order = torch.arange(n, device=device)
         if self.drop_last:  # cut to a multiple of world_size: every rank gets as many samples

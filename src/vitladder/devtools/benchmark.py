@@ -8,7 +8,10 @@ Four figures per model width, each the median of several alternating rounds:
   plain ``for`` loop. Their ratio is Lightning's (and the module's) overhead;
 - **data share**: iterating ``DeviceBatches`` alone (gather, crop, flip, normalise) over a project step;
 - **analysis / forward**: ``analyse`` (attention captured, per-head metrics, example image) over
-  1,000 images against a plain forward pass over the same images.
+  1,000 images against a plain forward pass over the same images;
+- **loop costs** (``time_loop_costs``, once per width): the host syncs per training and per evaluation step
+  of the project's path (``devtools.syncs``; 0 is the aim), and one ``last.ckpt`` of its state (weights,
+  AdamW, loops) written and fsynced through ``AtomicCheckpointIO``, as a run saves it, with its size.
 
 The epoch time extrapolates the project's images/s to the 45,000 training images of CIFAR-10.
 Every figure is timed by ``devtools.timing``: the start of every step from step ``warmup`` to step
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import platform
 import statistics
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -36,8 +41,10 @@ from vitladder.data.augment import CIFAR10_STATS, normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.data.stats import ChannelStats
+from vitladder.devtools.syncs import HostSyncs
 from vitladder.devtools.timing import StepClock, time_steps
 from vitladder.model import ViTConfig, build_vit, num_parameters
+from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.module import optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module
 
@@ -51,12 +58,21 @@ __all__ = [
     "time_analysis",
     "time_bare",
     "time_data",
+    "time_loop_costs",
     "time_project",
 ]
 
 CIFAR10_TRAIN_IMAGES = 45_000  # 50,000 minus the 5,000 held out for validation
-TARGETS = {"project_over_bare_min": 0.95, "data_share_max": 0.05, "analysis_over_forward_max": 1.3}
+TARGETS = {
+    "project_over_bare_min": 0.95,
+    "data_share_max": 0.05,
+    "analysis_over_forward_max": 1.3,
+    "host_syncs_per_step_max": 0,
+    "checkpoint_share_max": 0.05,
+}
 WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: docs/design.md §1
+EVAL_STEPS = 2  # evaluation steps whose host syncs are counted
+CHECKPOINT_SAVES = 3  # timed saves of last.ckpt, after one untimed
 
 
 @dataclass(frozen=True)
@@ -94,13 +110,14 @@ def settings_for(width: str, device: str) -> BenchSettings:
 def bench_config(s: BenchSettings) -> DictConfig:
     """The rung's config at the benchmark's width and batch size, on synthetic data large enough for it."""
     num_train = (s.warmup + s.steps + 2) * s.batch_size
+    num_val = (EVAL_STEPS + 1) * s.batch_size  # time_loop_costs counts the evaluation steps after the first
     return compose_rung(
         s.rung,
         [
             "data=synthetic",
-            f"data.num_train={num_train + 100}",
+            f"data.num_train={num_train + num_val}",
             f"data.num_test={s.analysis_images}",
-            "data.val_size=100",
+            f"data.val_size={num_val}",
             "data.train_subset=null",
             "data.test_subset=null",
             f"data.batch_size={s.batch_size}",
@@ -152,22 +169,84 @@ def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings)
     """Seconds per steady-state training step of the project's Lightning path."""
     module = build_module(cfg, datamodule)
     clock = StepClock(s.warmup, s.steps, torch.device(s.device))
-    trainer = L.Trainer(
+    # The last batch only stops the clock.
+    trainer = _trainer(cfg, s, _StepClockCallback(clock), limit_train_batches=s.warmup + s.steps + 1)
+    trainer.fit(module, datamodule=datamodule)
+    return clock.seconds_per_step()
+
+
+def _trainer(cfg: DictConfig, s: BenchSettings, callback: L.Callback, **limits) -> L.Trainer:
+    """One epoch of the project's path on one device, quiet: no logger, checkpoint callback or sanity steps;
+    checkpoints (if asked for) written as a run writes them."""
+    return L.Trainer(
         accelerator=s.device,
         devices=1,
         precision=cfg.trainer.precision,
         max_epochs=1,
-        limit_train_batches=s.warmup + s.steps + 1,  # the last batch only stops the clock
-        limit_val_batches=0,
+        **{"limit_val_batches": 0, **limits},
         num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[_StepClockCallback(clock)],
+        callbacks=[callback],
+        plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule)
-    return clock.seconds_per_step()
+
+
+class _CountSteps(L.Callback):
+    """``HostSyncs`` on from the start of training batch ``warmup`` to the start of batch ``warmup + steps``, and
+    over the evaluation batches after the first: whole steps (the batch fetched, every hook), no epoch ends."""
+
+    def __init__(self, syncs: HostSyncs, warmup: int, steps: int) -> None:
+        self.syncs, self.warmup, self.steps = syncs, warmup, steps
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        # AdamW's step counts: host tensors on CUDA too (or, fused, never read), so never a device sync.
+        self.syncs.exempt = {
+            id(state["step"])
+            for optimizer in trainer.optimizers
+            for state in optimizer.state.values()
+            if "step" in state
+        }
+        self.syncs.on = self.warmup <= batch_idx < self.warmup + self.steps
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.syncs.on = batch_idx >= 1
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.syncs.on = False
+
+
+def time_loop_costs(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings, folder: Path) -> dict:
+    """Host syncs per training step and per evaluation step of the project's Lightning path, and the seconds and
+    MiB of one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO:
+    a temporary file beside it, fsynced, renamed)."""
+    module = build_module(cfg, datamodule)
+    with HostSyncs(cuda=s.device == "cuda") as syncs:
+        counter = _CountSteps(syncs, s.warmup, s.steps)
+        fitted = _trainer(cfg, s, counter, limit_train_batches=s.warmup + s.steps + 1)
+        fitted.fit(module, datamodule=datamodule)
+        train = syncs.total, syncs.cuda
+        _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1).validate(
+            module, datamodule=datamodule, verbose=False
+        )
+        evaluate = syncs.total - train[0], None if syncs.cuda is None else syncs.cuda - train[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".bench-checkpoint-") as tmp:
+        path = Path(tmp) / "last.ckpt"
+        save_s = time_steps(
+            lambda: fitted.save_checkpoint(path, weights_only=False), 1, CHECKPOINT_SAVES, torch.device(s.device)
+        )
+        mib = path.stat().st_size / 2**20
+    return {
+        "host_syncs_per_step": {"train": train[0] / s.steps, "eval": evaluate[0] / EVAL_STEPS},
+        "cuda_syncs_per_step": None
+        if syncs.cuda is None
+        else {"train": train[1] / s.steps, "eval": evaluate[1] / EVAL_STEPS},
+        "checkpoint_s": save_s,
+        "checkpoint_mib": mib,
+    }
 
 
 # --- the bare loop ----------------------------------------------------------------------------------
@@ -263,8 +342,9 @@ def _prepare_data(cfg: DictConfig, device: torch.device) -> ImageDataModule:
     return datamodule
 
 
-def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
-    """Every figure for one width; the per-round values are kept beside their medians."""
+def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = print) -> dict:
+    """Every figure for one width; the per-round values are kept beside their medians. ``folder``: where the
+    checkpoint is written (the disk a run's last.ckpt goes to)."""
     device = torch.device(s.device)
     cfg = bench_config(s)
     torch.manual_seed(0)
@@ -289,9 +369,18 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         model, images, s.analysis_batch_size, int(cfg.model.patch_size), s.analysis_rounds, datamodule.stats
     )
 
+    # A few steps: their syncs are counted, not timed.
+    costs = time_loop_costs(cfg, datamodule, replace(s, warmup=min(s.warmup, 2), steps=min(s.steps, 3)), folder)
+    log(
+        f"  [{s.width}] host syncs per step: train {costs['host_syncs_per_step']['train']:g}, "
+        f"eval {costs['host_syncs_per_step']['eval']:g}; last.ckpt {costs['checkpoint_mib']:.1f} MiB in "
+        f"{costs['checkpoint_s']:.2f} s"
+    )
+
     project_step, bare_step, data_batch = (statistics.median(t) for t in (project, bare, data))
     project_ips, bare_ips = s.batch_size / project_step, s.batch_size / bare_step
     paired = statistics.median(b / p for p, b in zip(project, bare))  # each round's project/bare speed
+    epoch_s = CIFAR10_TRAIN_IMAGES / project_ips
     return {
         "settings": asdict(s),
         "precision": cfg.trainer.precision,
@@ -304,11 +393,14 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         "bare_step_s": bare_step,
         "data_batch_s": data_batch,
         "data_share": data_batch / project_step,
-        "epoch_s": CIFAR10_TRAIN_IMAGES / project_ips,
+        "epoch_s": epoch_s,
         "analysis_images": len(images),
         "analysis_s": analysis_s,
         "forward_s": forward_s,
         "analysis_over_forward": analysis_s / forward_s,
+        **costs,
+        # Saves at epoch ends once checkpoint.min_interval_s has passed: one per interval, or per epoch if longer.
+        "checkpoint_share": costs["checkpoint_s"] / max(epoch_s, float(cfg.checkpoint.min_interval_s)),
         "rounds": {"project_step_s": project, "bare_step_s": bare, "data_batch_s": data},
         "meets_targets": {
             "project_over_bare": paired >= TARGETS["project_over_bare_min"],
@@ -318,14 +410,20 @@ def bench_width(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
             "analysis_over_forward": (
                 analysis_s / forward_s <= TARGETS["analysis_over_forward_max"] if s.width == "full" else None
             ),
+            "host_syncs": max(costs["host_syncs_per_step"].values()) <= TARGETS["host_syncs_per_step_max"],
         },
     }
 
 
 def run_benchmark(
-    widths: list[str], device: str, overrides: dict | None = None, log: Callable[[str], None] = print
+    widths: list[str],
+    device: str,
+    overrides: dict | None = None,
+    log: Callable[[str], None] = print,
+    folder: Path = Path("outputs"),
 ) -> dict:
-    """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2)."""
+    """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2). Checkpoints
+    are written (and removed) in ``folder``."""
     results = {}
     for width in widths:
         s = replace(settings_for(width, device), **(overrides or {}))
@@ -333,7 +431,7 @@ def run_benchmark(
             f"{width}: width {s.embed_dim}, batch {s.batch_size}, {s.warmup} warm-up + {s.steps} timed steps, "
             f"{s.rounds} rounds, on {device}"
         )
-        results[width] = bench_width(s, log)
+        results[width] = bench_width(s, folder, log)
     return {
         "device": device,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
@@ -369,6 +467,14 @@ def format_table(report: dict) -> str:
             lambda r: f"{r['analysis_over_forward']:.2f}x",
             f"<= {TARGETS['analysis_over_forward_max']}x (full)",
         ),
+        ("host syncs / train step", lambda r: _syncs(r, "train"), "0"),
+        ("host syncs / eval step", lambda r: _syncs(r, "eval"), "0"),
+        ("last.ckpt write + fsync", lambda r: f"{r['checkpoint_s']:.2f} s ({r['checkpoint_mib']:.0f} MiB)", ""),
+        (
+            "checkpoint share of training",
+            lambda r: f"{100 * r['checkpoint_share']:.2f}%",
+            f"<= {100 * TARGETS['checkpoint_share_max']:.0f}%",
+        ),
     ]
     widths = report["widths"]
     header = [
@@ -386,6 +492,12 @@ def format_table(report: dict) -> str:
         f"{report['cpu_threads']} threads); medians of alternating rounds; paired: the median of each round's ratio"
     )
     return "\n".join([title, *lines])
+
+
+def _syncs(figures: dict, step: str) -> str:
+    """Host syncs per step, and on CUDA what its sync debug mode counted."""
+    cuda = figures["cuda_syncs_per_step"]
+    return f"{figures['host_syncs_per_step'][step]:g}" + (f" (CUDA: {cuda[step]:g})" if cuda else "")
 
 
 def _duration(seconds: float) -> str:

@@ -1,25 +1,37 @@
-"""How long a ladder will take on this machine: a few timed training steps per model shape."""
+"""How long a ladder will take on this machine: a few timed training steps per model shape, and one checkpoint
+of that model written where the run's will be, times the saves its checkpoint interval makes."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
+from vitladder.atomic import save_torch
 from vitladder.config import scaled_epochs
 from vitladder.devtools.timing import time_steps
 from vitladder.model import ViTConfig, build_vit
+from vitladder.training.checkpoint_io import saves_in
 
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
-RUN_OVERHEAD_S = 6.0  # start-up, W&B, checkpoints, test and analysis of one run
+RUN_OVERHEAD_S = 6.0  # start-up, W&B, test and analysis of one run
+
+
+@dataclass(frozen=True)
+class StepCost:
+    per_image_s: float  # one training step over its images
+    checkpoint_s: float  # one checkpoint of the model and its AdamW state, written and fsynced
 
 
 @cache
-def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
-    """Times a few AdamW steps of the model; on the CPU with at most 64 images to stay short."""
+def step_cost(vit: ViTConfig, batch_size: int, device: str, folder: str) -> StepCost:
+    """Times a few AdamW steps of the model (on the CPU with at most 64 images, to stay short), then one save of
+    its weights and optimizer state (what last.ckpt holds) into a temporary folder in ``folder``."""
     model = build_vit(vit).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = batch_size if device == "cuda" else min(batch_size, 64)
@@ -35,7 +47,11 @@ def seconds_per_image(vit: ViTConfig, batch_size: int, device: str) -> float:
         optimizer.zero_grad(set_to_none=True)
 
     # One warm-up step (allocations, kernel selection), two timed: on the CPU their median is their mean.
-    return time_steps(step, warmup=1, steps=2, device=torch.device(device)) / batch
+    per_image = time_steps(step, warmup=1, steps=2, device=torch.device(device)) / batch
+    state = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".estimate-") as tmp:
+        checkpoint_s = time_steps(lambda: save_torch(state, Path(tmp) / "last.ckpt"), 0, 1, torch.device(device))
+    return StepCost(per_image, checkpoint_s)
 
 
 @dataclass(frozen=True)
@@ -60,10 +76,19 @@ def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
         img_size=data.image_size,
         num_classes=data.num_classes,
     )
-    per_image = seconds_per_image(vit, int(cfg.data.batch_size), device)
+    cost = step_cost(vit, int(cfg.data.batch_size), device, str(existing_folder(Path(cfg.run_dir))))
     epochs, _ = scaled_epochs(cfg)
-    images = epochs * (data.num_train + EVAL_COST * data.num_val) + EVAL_COST * data.num_test
-    return images * per_image + RUN_OVERHEAD_S
+    epoch_s = (data.num_train + EVAL_COST * data.num_val) * cost.per_image_s
+    saves = saves_in(epochs, epoch_s, int(cfg.checkpoint.every_n_epochs), float(cfg.checkpoint.min_interval_s))
+    return epochs * epoch_s + EVAL_COST * data.num_test * cost.per_image_s + saves * cost.checkpoint_s + RUN_OVERHEAD_S
+
+
+def existing_folder(path: Path) -> Path:
+    """``path`` or its nearest existing parent: the file system a run folder will be on, before it exists."""
+    path = path.absolute()
+    while not path.is_dir():
+        path = path.parent
+    return path
 
 
 def data_shape(cfg: DictConfig) -> DataShape:

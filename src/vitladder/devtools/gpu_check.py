@@ -1,12 +1,16 @@
 """One prepared check of a GPU machine, within a budget of seconds, with the project's own code throughout:
 
 1. **benchmark**: the top rung's training step at its batch (128) and precision (bf16-mixed on CUDA), eager and
-   ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes;
-2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed fits
-   into what is left of the budget (``profile.epoch_scale`` shortens the schedule, warmup included), with
-   ``trainer.max_time`` as the hard stop; it tests, and analyses the first test images, as every run does;
-3. **report**: the ladder report of that one run (``distance_by_layer.png`` among its figures), ``gpu_check.json``
-   with every figure and ``gpu_check.md``.
+   ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes; then the host syncs per
+   training and evaluation step and one ``last.ckpt`` written and fsynced (``benchmark.time_loop_costs``);
+2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed and
+   checkpoint cost fit into what is left of the budget (``profile.epoch_scale`` shortens the schedule, warmup
+   included), with ``trainer.max_time`` as the hard stop; it saves ``last.ckpt`` at the profile's interval, tests,
+   and analyses the first test images, as every run does;
+3. **report**: the ladder report of that one run (``distance_by_layer.png`` among its figures) and ``gpu_check.md``.
+
+``gpu_check.json`` is rewritten after each phase, so a crash keeps what was measured before it (and says where it
+failed).
 
 ``smoke=True`` runs the same path at the smoke profile's width on whatever device there is (the CPU rehearsal).
 """
@@ -18,7 +22,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -28,12 +32,13 @@ from vitladder.analysis.outputs import read_csv
 from vitladder.atomic import write_json, write_text
 from vitladder.config import compose_rung, get_rung, scaled_epochs
 from vitladder.data.datamodule import ImageDataModule
-from vitladder.devtools.benchmark import BenchSettings, time_project
+from vitladder.devtools.benchmark import BenchSettings, time_loop_costs, time_project
 from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import build_report
 from vitladder.report.setting import analysed, differences, epochs_text
 from vitladder.run_folder import RunPaths
+from vitladder.training.checkpoint_io import saves_in
 from vitladder.training.run import train_rung
 
 RUNG = "epochs200"
@@ -82,7 +87,8 @@ class Clock:
 
 
 def compose(options: CheckOptions, *extra: str) -> DictConfig:
-    """The top rung's config for the check: the full profile (or smoke), one device, no W&B, no checkpoints."""
+    """The top rung's config for the check: the full profile (or smoke), one device, no W&B; checkpoints as the
+    profile saves them."""
     data = ["data=synthetic"] if options.data == "synthetic" else ["data=imagefolder", f"data.root={options.data}"]
     return compose_rung(
         RUNG,
@@ -92,7 +98,6 @@ def compose(options: CheckOptions, *extra: str) -> DictConfig:
             "trainer.devices=1",
             "trainer.enable_progress_bar=false",
             "wandb.mode=disabled",
-            "checkpoint.every_n_epochs=0",
             "ladder=gpu-check",
             f"run_dir={options.out / RUNG}",
             *options.overrides,
@@ -101,10 +106,27 @@ def compose(options: CheckOptions, *extra: str) -> DictConfig:
     )
 
 
-def plan_epochs(seconds: float, images_per_s: float, num_train: int, num_val: int, max_epochs: int) -> int:
-    """Whole epochs (train + validation) that fit into ``seconds`` at ``images_per_s``; at least 1."""
-    epoch_s = (num_train + EVAL_COST * num_val) / images_per_s + EPOCH_OVERHEAD_S
-    return max(1, min(max_epochs, int(seconds / epoch_s)))
+def epoch_seconds(images_per_s: float, num_train: int, num_val: int) -> float:
+    """One epoch, training and validation, at ``images_per_s`` training images a second."""
+    return (num_train + EVAL_COST * num_val) / images_per_s + EPOCH_OVERHEAD_S
+
+
+def plan_epochs(
+    seconds: float,
+    images_per_s: float,
+    num_train: int,
+    num_val: int,
+    max_epochs: int,
+    checkpoint: tuple[float, int, float] = (0.0, 1, 0.0),
+) -> int:
+    """Whole epochs (train + validation) that fit into ``seconds`` at ``images_per_s``, with the checkpoints they
+    save (``checkpoint``: seconds a save, checkpoint.every_n_epochs, checkpoint.min_interval_s); at least 1."""
+    epoch_s = epoch_seconds(images_per_s, num_train, num_val)
+    save_s, every_n, interval_s = checkpoint
+    epochs = max(1, min(max_epochs, int(seconds / epoch_s)))
+    while epochs > 1 and epochs * epoch_s + saves_in(epochs, epoch_s, every_n, interval_s) * save_s > seconds:
+        epochs -= 1
+    return epochs
 
 
 def max_time(seconds: float) -> str:
@@ -145,8 +167,9 @@ def _can_compile(device: str) -> str | None:
 
 def benchmark(
     options: CheckOptions, clock: Clock, device: str, log: Callable[[str], None]
-) -> tuple[dict[str, Measured], dict[str, str], ImageDataModule]:
-    """(measured settings, skipped settings with why, the data) for the top rung's training step."""
+) -> tuple[dict[str, Measured], dict[str, str], dict, ImageDataModule]:
+    """(measured settings, skipped settings with why, the loop's host syncs and checkpoint cost, the data) for the
+    top rung's training step."""
     measured: dict[str, Measured] = {}
     skipped: dict[str, str] = {}
     cfg = compose(options)
@@ -154,6 +177,16 @@ def benchmark(
     datamodule.prepare_data()
     datamodule.setup()
     steps = (10, 40) if device == "cuda" else (3, 10)  # warm-up, timed
+    eager = BenchSettings(
+        "full" if not options.smoke else "tiny",
+        int(cfg.model.embed_dim),
+        device,
+        int(cfg.data.batch_size),
+        warmup=steps[0],
+        steps=steps[1],
+        rounds=1,
+        rung=RUNG,
+    )
     for name in options.settings:
         reason = _can_compile(device) if SETTINGS[name] else None
         if reason is None and SETTINGS[name] and clock.left() < 0.4 * clock.budget_s:
@@ -163,24 +196,14 @@ def benchmark(
             log(f"benchmark {name}: skipped ({reason})")
             continue
         setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
-        s = BenchSettings(
-            "full" if not options.smoke else "tiny",
-            int(cfg.model.embed_dim),
-            device,
-            int(cfg.data.batch_size),
-            warmup=steps[0],
-            steps=steps[1],
-            rounds=1,
-            rung=RUNG,
-            compile=SETTINGS[name],
-        )
+        s = replace(eager, compile=SETTINGS[name])
         started = time.perf_counter()
         try:
             step_s = time_project(setting_cfg, datamodule, s)
         except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
             if not measured and name == options.settings[-1]:
                 raise
-            skipped[name] = f"failed: {type(error).__name__}: {(str(error).strip() or '-').splitlines()[0][:200]}"
+            skipped[name] = f"failed: {type(error).__name__}: {first_line(error)}"
             log(f"benchmark {name}: {skipped[name]}")
             continue
         wall = time.perf_counter() - started
@@ -191,52 +214,25 @@ def benchmark(
         )
     if not measured:
         raise UserError(f"no setting could be benchmarked ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
-    return measured, skipped, datamodule
+    # Eager: the syncs are the loop's, and a checkpoint is the same compiled or not.
+    loop = time_loop_costs(cfg, datamodule, replace(eager, warmup=2, steps=3), options.out)
+    log(
+        f"loop: host syncs per step {loop['host_syncs_per_step']}"
+        + (f", CUDA {loop['cuda_syncs_per_step']}" if loop["cuda_syncs_per_step"] else "")
+        + f"; last.ckpt {loop['checkpoint_mib']:.0f} MiB written and fsynced in {loop['checkpoint_s']:.2f} s"
+    )
+    return measured, skipped, loop, datamodule
 
 
 def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
-    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds."""
+    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds, which is rewritten
+    after each phase (a crash keeps what was measured, and says in which phase it came)."""
     clock = Clock(options.budget_s)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not options.smoke:
         raise UserError("no CUDA device is visible: run this on a GPU machine, or --smoke for the CPU rehearsal")
     base = compose(options)
     precision = str(base.trainer.precision)
-    since = time.perf_counter()
-    measured, skipped, datamodule = benchmark(options, clock, device, log)
-    num_train, num_val = len(datamodule.train.labels), len(datamodule.val.labels)
-    del datamodule  # train_rung loads its own (from the decoded-image cache)
-    clock.phase("benchmark", since)
-
-    # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it.
-    full_epochs, _ = scaled_epochs(base)
-    train_s = clock.left() - RESERVE_S
-    for name, m in measured.items():
-        start = RUN_START_S + (COMPILE_REUSE * m.startup_s if SETTINGS[name] else 0.0)
-        m.epochs = plan_epochs(train_s - start, m.images_per_s, num_train, num_val, full_epochs)
-    best_speed = max(measured, key=lambda name: measured[name].images_per_s)
-    setting = choose(measured)
-    epochs = measured[setting].epochs
-    log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, within {max(train_s, 1):.0f} s")
-
-    since = time.perf_counter()
-    cfg = compose(
-        options,
-        f"speed.compile={str(SETTINGS[setting]).lower()}",
-        f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
-        f"trainer.max_time={max_time(train_s)}",
-    )
-    summary = train_rung(cfg)
-    clock.phase("train_test_analyse", since)
-
-    since = time.perf_counter()
-    report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
-    shown = ("distance_px", "distance_drop_px", "entropy_nats")
-    layers = [
-        {"layer": int(r["layer"]), **{key: float(r[key]) for key in shown}}
-        for r in read_csv(RunPaths(Path(cfg.run_dir)).layers_csv)
-    ]
-    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
     result = {
         **device_info(),
         "smoke": options.smoke,
@@ -246,17 +242,31 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         "tf32": device == "cuda",
         "batch_size": int(base.data.batch_size),
         "width": int(base.model.embed_dim),
-        "benchmark": {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+
+    def save() -> None:
+        result["phases_s"] = dict(clock.phases)
+        result["wall_s"] = round(clock.elapsed(), 1)
+        write_json(options.out / "gpu_check.json", result)
+
+    since = time.perf_counter()
+    measured, skipped, loop, datamodule = benchmark(options, clock, device, log)
+    num_train, num_val = len(datamodule.train.labels), len(datamodule.val.labels)
+    del datamodule  # train_rung loads its own (from the decoded-image cache)
+    clock.phase("benchmark", since)
+    best_speed = max(measured, key=lambda name: measured[name].images_per_s)
+    result.update(
+        benchmark={
             name: {
                 "images_per_s": round(m.images_per_s, 1),
                 "step_ms": round(1e3 * m.step_s, 3),
                 "startup_s": round(m.startup_s, 1),
-                "epochs_in_budget": m.epochs,
             }
             for name, m in measured.items()
         },
-        "skipped": skipped,
-        "best": {
+        skipped=skipped,
+        best={
             "setting": best_speed,
             "images_per_s": round(measured[best_speed].images_per_s, 1),
             "compile": SETTINGS[best_speed],
@@ -264,50 +274,124 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
             "fused_adamw": device == "cuda",
             "tf32": device == "cuda",
         },
-        "targets": {**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
-        "train": {
-            "rung": RUNG,
-            "setting": setting,
-            "epochs_planned": epochs,
-            "epochs_of_recipe": full_epochs,
-            "epochs_trained": summary["epochs"],  # a fraction when max_time stopped the last epoch part way
-            "warmup_epochs": scaled_epochs(cfg)[1],  # shortened with the schedule
-            "warmup_epochs_of_recipe": scaled_epochs(base)[1],
-            "max_time": max_time(train_s),
-            "steps_planned": epochs * summary["steps_per_epoch"],
-            "steps_trained": summary["steps"],
-            "source": options.data,
-            "data": summary["data"],
-            "train_images": num_train,
-            "val_images": num_val,
-            "test_images": summary["test_images"],
-        },
-        "test_acc": summary["test_acc"],
-        "val_acc": summary["val_acc"],
-        "analysis": {
+        targets={**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
+        host_syncs_per_step=loop["host_syncs_per_step"],
+        cuda_syncs_per_step=loop["cuda_syncs_per_step"],
+    )
+    save()
+
+    # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it,
+    # and the checkpoints they save at the profile's interval.
+    full_epochs, _ = scaled_epochs(base)
+    train_s = clock.left() - RESERVE_S
+    every_n, interval_s = int(base.checkpoint.every_n_epochs), float(base.checkpoint.min_interval_s)
+    for name, m in measured.items():
+        start = RUN_START_S + (COMPILE_REUSE * m.startup_s if SETTINGS[name] else 0.0)
+        checkpoint = (loop["checkpoint_s"], every_n, interval_s)
+        m.epochs = plan_epochs(train_s - start, m.images_per_s, num_train, num_val, full_epochs, checkpoint)
+        result["benchmark"][name]["epochs_in_budget"] = m.epochs
+    setting = choose(measured)
+    epochs = measured[setting].epochs
+    epoch_s = epoch_seconds(measured[setting].images_per_s, num_train, num_val)
+    saves = saves_in(epochs, epoch_s, every_n, interval_s)
+    log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, {saves} checkpoints, within {train_s:.0f} s")
+    result["checkpoint"] = {
+        "save_s": round(loop["checkpoint_s"], 3),
+        "mib": round(loop["checkpoint_mib"], 1),
+        "every_n_epochs": every_n,
+        "min_interval_s": interval_s,
+        "saves_planned": saves,
+        "share_of_training_planned": round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4),
+    }
+    result["train"] = {
+        "rung": RUNG,
+        "setting": setting,
+        "epochs_planned": epochs,
+        "epochs_of_recipe": full_epochs,
+        "max_time": max_time(train_s),
+        "steps_planned": epochs * (num_train // int(base.data.batch_size)),
+        "source": options.data,
+        "train_images": num_train,
+        "val_images": num_val,
+    }
+
+    since = time.perf_counter()
+    cfg = compose(
+        options,
+        f"speed.compile={str(SETTINGS[setting]).lower()}",
+        f"profile.epoch_scale={epochs / int(base.optim.epochs)}",  # the schedule shortened to fit
+        f"trainer.max_time={max_time(train_s)}",
+    )
+    paths = RunPaths(Path(cfg.run_dir))
+    try:
+        summary = train_rung(cfg)
+    except Exception as error:
+        clock.phase("train_test_analyse", since)
+        result["train"].update(trained_so_far(paths))
+        phase = "analysis" if "test_acc" in result["train"] else "training"
+        result["failed"] = {"phase": phase, "error": f"{type(error).__name__}: {first_line(error)}"}
+        save()
+        raise
+    clock.phase("train_test_analyse", since)
+    result["train"].update(
+        epochs_trained=summary["epochs"],  # a fraction when max_time stopped the last epoch part way
+        steps_trained=summary["steps"],
+        steps_planned=epochs * summary["steps_per_epoch"],
+        warmup_epochs=scaled_epochs(cfg)[1],  # shortened with the schedule
+        warmup_epochs_of_recipe=scaled_epochs(base)[1],
+        data=summary["data"],
+        test_images=summary["test_images"],
+    )
+    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
+    shown = ("distance_px", "distance_drop_px", "entropy_nats")
+    result.update(
+        test_acc=summary["test_acc"],
+        val_acc=summary["val_acc"],
+        analysis={
             "images": summary.get("analysis_images"),
             "analysed": analysed(summary),
-            "layers": layers,
+            "layers": [
+                {"layer": int(r["layer"]), **{key: float(r[key]) for key in shown}} for r in read_csv(paths.layers_csv)
+            ],
             "layer1_distance_px": summary.get("layer1_distance_px"),
             "uniform_distance_px": summary.get("uniform_distance_px"),
             "layer1_entropy_nats": summary.get("layer1_entropy_nats"),
             "layer1_distance_drop_px": summary.get("layer1_distance_drop_px"),
             "uniform_distance_drop_px": summary.get("uniform_distance_drop_px"),
         },
-        "reference": {
+        reference={
             "test_acc": reference["test_acc"],
             "epochs": reference["epochs"],
             "layer1_distance_px": reference["layer1_distance_px"],
         },
-        "differs": differences(summary, reference["epochs"]),  # from the article's setting, in words
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-    }
+        differs=differences(summary, reference["epochs"]),  # from the article's setting, in words
+    )
+    save()
+
+    since = time.perf_counter()
+    report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
     clock.phase("report", since)
-    result["phases_s"] = clock.phases
-    result["wall_s"] = round(clock.elapsed(), 1)
-    write_json(options.out / "gpu_check.json", result)
+    save()
     write_text(options.out / "gpu_check.md", markdown(result, report.name))
     return result
+
+
+def first_line(error: BaseException) -> str:
+    return (str(error).strip() or "-").splitlines()[0][:200]
+
+
+def trained_so_far(paths: RunPaths) -> dict:
+    """What a run that stopped with an error left in its metrics.csv: epochs validated, the last val/acc, and
+    test/acc if it got that far."""
+    rows = read_csv(paths.metrics_csv) if paths.metrics_csv.exists() else []
+    validated = [row for row in rows if row.get("val/acc")]
+    tested = [row for row in rows if row.get("test/acc")]
+    return {
+        "epochs_trained": int(float(validated[-1]["epoch"])) if validated else 0,
+        **({"val_acc": float(validated[-1]["val/acc"])} if validated else {}),
+        **({"test_acc": float(tested[-1]["test/acc"])} if tested else {}),
+        "checkpoint_kept": paths.last_ckpt.exists(),
+    }
 
 
 def markdown(r: dict, report_name: str) -> str:
@@ -316,7 +400,9 @@ def markdown(r: dict, report_name: str) -> str:
         f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | {m['epochs_in_budget']} |"
         for name, m in r["benchmark"].items()
     )
-    t, a = r["train"], r["analysis"]
+    t, a, c, syncs = r["train"], r["analysis"], r["checkpoint"], r["host_syncs_per_step"]
+    cuda = r["cuda_syncs_per_step"]
+    cuda = f" (CUDA's sync debug mode: {cuda['train']:g}, {cuda['eval']:g})" if cuda else ""
     lines = [
         f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}",
         "",
@@ -333,6 +419,11 @@ def markdown(r: dict, report_name: str) -> str:
         f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
         f"{'met' if r['targets']['met'] else 'not met'}).",
+        "",
+        f"Host syncs per step: training {syncs['train']:g}, evaluation {syncs['eval']:g}{cuda} (0 is the aim). "
+        f"`last.ckpt` ({c['mib']:.0f} MiB) written and fsynced in {c['save_s']:.2f} s; at the profile's interval "
+        f"(an epoch end once {c['min_interval_s']:g} s have passed, and the last) {c['saves_planned']} saves, "
+        f"{c['share_of_training_planned']:.1%} of the training planned.",
         "",
         f"`{t['rung']}` trained {epochs_text({'epochs': t['epochs_trained']})} of the {t['epochs_planned']} epochs "
         f"that fit the budget ({t['steps_trained']:,} of {t['steps_planned']:,} optimizer steps, {t['setting']}; "
@@ -372,9 +463,8 @@ def schedule(t: dict) -> str:
 
 def comparison(r: dict) -> str:
     """Whether the check's run can be read beside the article's figures, and if not, why."""
-    ref = r["reference"]
+    ref, t = r["reference"], r["train"]
     figures = f"{ref['test_acc']:.1%} and {ref['layer1_distance_px']} px after {ref['epochs']} epochs"
-    t = r["train"]
     differs = [*r["differs"], *(["a shortened schedule"] if t["epochs_planned"] < t["epochs_of_recipe"] else [])]
     if not differs:
         return f"The article's setting: its figures, {figures}, compare directly."

@@ -20,6 +20,7 @@ from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci
 from vitladder.report.ladder_report import ladder_columns as csv_columns
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.run_folder import RunPaths
+from vitladder.training.wandb_run import wandb_failure_warns
 
 __all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_artifacts"]
 
@@ -168,6 +169,7 @@ def rung_artifacts(results: list[RungResult], ladder: str) -> list:
     return artifacts
 
 
+@wandb_failure_warns("the ladder's report run", "report.md and ladder.csv are written; make report logs it again")
 def log_report_to_wandb(
     ladder_dir: str | Path,
     project: str | None = None,

@@ -1,4 +1,5 @@
-"""How the Trainer writes and reads last.ckpt: through the project's atomic writer, never unpickling code.
+"""When and how the Trainer writes and reads last.ckpt: at epoch ends spaced in time, through the project's atomic
+writer, never unpickling code.
 
 Lightning's default goes through fsspec, which writes into $TMPDIR and moves the file: across file
 systems that move is a truncate-and-copy, so a full disk leaves last.ckpt cut short. Here the new
@@ -7,9 +8,12 @@ checkpoint is written beside the old one and renamed over it only once it is com
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitladder.atomic import save_torch
@@ -28,3 +32,50 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         # weights_only whatever the caller asks: a checkpoint file can be handed in by anyone.
         return load_checkpoint_file(path, RETRAIN)
+
+
+class SpacedCheckpoint(ModelCheckpoint):
+    """Lightning's epoch-end checkpoint, skipped until ``min_interval_s`` seconds have passed since the last save
+    (or since training started); the last epoch of a fit is always saved. Saving then costs at most one save's
+    time per ``min_interval_s`` of training, and a kill loses at most that interval and one epoch
+    (docs/design.md §6). Only at epoch ends: an epoch's batches are one seeded stream, resumed whole."""
+
+    def __init__(self, *, min_interval_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.min_interval_s = min_interval_s
+        self._last_save = time.monotonic()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._last_save = time.monotonic()  # a resumed run counts from its own start
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self._last_save = time.monotonic()  # any save of the trainer's state, ours or a caller's
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if time.monotonic() - self._last_save >= self.min_interval_s or last_epoch(trainer):
+            super().on_train_epoch_end(trainer, pl_module)
+
+
+def last_epoch(trainer: L.Trainer) -> bool:
+    """Whether the epoch ending now is the fit's last: max_epochs or max_steps reached, or a stop asked for
+    (trainer.max_time's timer and early stopping set should_stop before the checkpoint callback runs)."""
+    max_epochs, max_steps = trainer.max_epochs, trainer.max_steps
+    return (
+        trainer.should_stop
+        or (max_epochs is not None and 0 <= max_epochs <= trainer.current_epoch + 1)
+        or (max_steps is not None and 0 <= max_steps <= trainer.global_step)
+    )
+
+
+def saves_in(epochs: int, epoch_s: float, every_n_epochs: int, min_interval_s: float) -> int:
+    """How many checkpoints SpacedCheckpoint writes in a fit of ``epochs`` epochs of ``epoch_s`` seconds each
+    (the ladder's estimate and the GPU check count their cost)."""
+    if every_n_epochs < 1:
+        return 0
+    saves, since = 0, 0.0
+    for epoch in range(1, epochs + 1):
+        since += epoch_s
+        if epoch % every_n_epochs == 0 and (since >= min_interval_s or epoch == epochs):
+            saves, since = saves + 1, 0.0
+    return saves

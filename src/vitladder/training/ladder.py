@@ -69,6 +69,25 @@ def format_seconds(seconds: float) -> str:
 LONG_LADDER_S = 24 * 3600
 
 
+def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
+    """The runs a ladder trains, in order: the unfinished ones, and with overwrite=true those of another recipe.
+    A run folder of another recipe without overwrite=true is a UserError (replaces_old_run)."""
+    from vitladder.run_folder import is_finished
+    from vitladder.training.run import replaces_old_run
+
+    replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
+    return [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
+
+
+def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
+    """The ladder on a rank other than 0 (training/ranks.py): the runs rank 0 trains, in its order (the ranks
+    meet in every fit), and nothing else. Lightning starts this rank inside rank 0's first fit, so its plan
+    reads the files rank 0 planned from: rank 0 has finished no run since, and a folder it moved aside for
+    overwrite=true is still one to train. The estimate, the log, the summaries and the report are rank 0's."""
+    for run in runs_to_train(runs):
+        train(run.cfg, overrides=run.overrides)
+
+
 def run_ladder(
     runs: Sequence[PlannedRun],
     train: Callable[..., dict],
@@ -79,11 +98,9 @@ def run_ladder(
     """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
     A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
     trained afresh), and so does an estimate over ``max_seconds`` (None: no limit), saying how to go on."""
-    from vitladder.run_folder import is_finished, read_summary
-    from vitladder.training.run import replaces_old_run
+    from vitladder.run_folder import read_summary
 
-    replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
-    todo = [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
+    todo = runs_to_train(runs)
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
     expected = estimate([run.cfg for run in todo]) if todo else []

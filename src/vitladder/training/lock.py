@@ -2,7 +2,8 @@
 
 The lock is `flock` on `<run>/.lock` (filelock): the kernel releases it when its holder exits, killed
 or not, so a stale lock of a dead process is simply taken over. The holder writes its pid into the
-file, so that a second process can say who holds the rung.
+file, so that a second process can say who holds the rung. On several devices rank 0 holds it: the other ranks
+of its run write nothing in the folder and take no lock (training/ranks.py).
 """
 
 from __future__ import annotations
@@ -32,23 +33,15 @@ def holder_pid(lock_file: Path) -> str:
     return text if text.isdigit() else "unknown"
 
 
-def started_for_another_rank() -> bool:
-    """A process that Lightning's DDP launcher, torchrun or SLURM started for a rank other than 0 of
-    the same run: it trains alongside rank 0, which holds the lock."""
-    return any(os.environ.get(name, "0") != "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-
-
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Creates `run_dir` and holds its lock for the block; RunLocked at once (no waiting) if another
     process holds it. Creating the lock file is also the check that the folder can be written."""
     lock_file = run_dir / LOCK_FILE
     lock = FileLock(lock_file, timeout=0)
-    locking = not started_for_another_rank()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if locking:
-            lock.acquire()
+        lock.acquire()
     except Timeout:
         raise RunLocked(
             f"{run_dir} is in use by another process (pid {holder_pid(lock_file)}): wait for it to finish, "
@@ -58,9 +51,6 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         raise UserError(
             f"cannot write to the output folder {run_dir} ({error.strerror}): choose another with output_root=PATH"
         ) from None
-    if not locking:
-        yield
-        return
     try:
         # Written in place, not renamed: a new inode would be a new, unlocked lock file.
         lock_file.write_text(f"{os.getpid()}\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import lightning as L
@@ -14,20 +15,28 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitladder.cuda_choices import CudaChoices, cuda_choices
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.resume import seed_epoch
+
+log = logging.getLogger(__name__)
 
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+def mixes(mixup_alpha: float, cutmix_alpha: float) -> bool:
+    """Whether MixUp/CutMix is on: either alpha above 0."""
+    return mixup_alpha > 0 or cutmix_alpha > 0
+
+
 def build_mixup(
     mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float, label_smoothing: float, num_classes: int
 ) -> Mixup | None:
     """timm's Mixup (runs on the batch's device), or None when both alphas are 0."""
-    if mixup_alpha <= 0 and cutmix_alpha <= 0:
+    if not mixes(mixup_alpha, cutmix_alpha):
         return None
     return Mixup(
         mixup_alpha=mixup_alpha,
@@ -40,16 +49,16 @@ def build_mixup(
     )
 
 
-def use_tensor_cores() -> None:
-    """Where CUDA is, float32 matrix products outside autocast may use TF32 (Ampere and later). Set before a
-    trainer starts, so Lightning finds it set."""
-    if torch.cuda.is_available():
+def use_tensor_cores(choices: CudaChoices | None = None) -> None:
+    """TF32 for float32 matrix products where ``choices`` take it (default: this machine's for a run on any
+    accelerator). Set before a trainer starts, so Lightning finds it set."""
+    if (choices or cuda_choices()).tf32:
         torch.set_float32_matmul_precision("high")
 
 
-def optimizer_kwargs(device: torch.device) -> dict:
-    """AdamW's fused CUDA kernel: one launch per step for every parameter instead of a few per tensor."""
-    return {"fused": True} if device.type == "cuda" else {}
+def optimizer_kwargs(device: torch.device, clipping: bool = False) -> dict:
+    """timm's AdamW arguments on ``device`` (the benchmark's bare loop takes the run's choice through here)."""
+    return {"fused": True} if cuda_choices(device.type).fused_adamw(clipping) else {}
 
 
 class RecipeModule(L.LightningModule):
@@ -68,6 +77,7 @@ class RecipeModule(L.LightningModule):
         steps_per_epoch: int,
         normalization: dict | None = None,
         compile: bool = False,
+        fused_adamw: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -85,11 +95,12 @@ class RecipeModule(L.LightningModule):
                 "steps_per_epoch": steps_per_epoch,
                 "normalization": normalization,
                 "compile": compile,
+                "fused_adamw": fused_adamw,  # cuda_choices.py: on CUDA unless gradients are clipped
                 "seed": seed,
             },
             logger=False,
         )
-        use_tensor_cores()
+        self.compile_failed = False  # set by a failed compile: this process then runs the model eagerly
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
@@ -98,11 +109,11 @@ class RecipeModule(L.LightningModule):
         self.train_criterion = (
             SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         )
-        self.eval_criterion = nn.CrossEntropyLoss()
-        # Metrics accumulate on the device and are read once per epoch: no host sync per step.
-        # nan_strategy="disable": a NaN must reach the divergence check, not be dropped from the mean.
-        self.train_loss = MeanMetric(nan_strategy="disable")
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.eval_criterion = nn.CrossEntropyLoss(reduction="none")  # per image: the mean over images is exact
+        # Metrics accumulate on the device and are read once per epoch: no host sync per step. MeanMetric's
+        # default NaN check reads the device at every update; with nan_strategy="disable" a NaN also reaches
+        # the divergence check instead of being dropped from the mean.
+        self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -117,7 +128,26 @@ class RecipeModule(L.LightningModule):
         seed_epoch(int(self.hparams.seed), self.global_rank, self.current_epoch)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model(images)  # (B, num_classes)
+        if self.compile_failed:
+            with torch.compiler.set_stance("force_eager"):
+                return self.model(images)  # (B, num_classes)
+        # TorchDynamoException: what torch.compile raises for its own failures (a backend: Inductor, Triton, a C
+        # compiler) when it compiles the first training or evaluation graph. No public name; test_gpu_settings
+        # forces one.
+        try:
+            return self.model(images)
+        except torch._dynamo.exc.TorchDynamoException as error:
+            if not self.hparams.compile:
+                raise
+            self._fall_back_to_eager(error)
+            return self.forward(images)
+
+    def _fall_back_to_eager(self, error: Exception) -> None:
+        """A compile failure costs the speed-up, not the run: one warning line, then this process runs eagerly."""
+        self.compile_failed = True
+        if self.global_rank == 0:
+            cause = " ".join(line.strip() for line in str(error).strip().splitlines()[:2])
+            log.warning("torch.compile failed (%s): training on without it (speed.compile=false skips it)", cause)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, labels = batch  # (B, 3, S, S) float, (B,) int64
@@ -153,7 +183,9 @@ class RecipeModule(L.LightningModule):
         # instead of a static one first and a dynamic one at the first partial batch.
         torch._dynamo.maybe_mark_dynamic(images, 0)
         logits = self(images)
-        loss_metric.update(self.eval_criterion(logits, labels), weight=labels.numel())
+        # One loss per image, no weight: a Python weight would be copied to the device at every step (and
+        # MeanMetric's nan_strategy="disable" ignores weights).
+        loss_metric.update(self.eval_criterion(logits, labels))  # (B,)
         acc_metric.update(logits, labels)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
@@ -176,7 +208,7 @@ class RecipeModule(L.LightningModule):
             lr=optim["lr"],
             weight_decay=optim["weight_decay"],
             betas=tuple(optim["betas"]),
-            **optimizer_kwargs(self.device),
+            **({"fused": True} if self.hparams.fused_adamw else {}),
         )
         steps_per_epoch = self.optimizer_steps_per_epoch()
         total_steps = steps_per_epoch * self.hparams.max_epochs

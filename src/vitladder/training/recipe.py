@@ -1,15 +1,27 @@
 """A run folder belongs to one recipe: its resolved config.yaml. A finished rung is skipped, and an
-interrupted one resumed, only when the config that would run now is the same outside the keys below."""
+interrupted one resumed, only when the config that would run now is the same outside the keys below.
+
+An upgrade keeps a run's identity: a setting added since (absent from config.yaml) is no change while it
+stands at its default, and a setting removed since is none if it stood at the default it had then, as the
+folder's provenance.json records it (training/provenance.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
+from vitladder.config import flatten
+from vitladder.run_folder import RunPaths
+from vitladder.training.provenance import key_defaults, read_provenance, versions
+
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
-# speed.compile changes kernels, not the recipe; inference_mode and the checkpoint interval, nothing learned;
+# speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision);
+# inference_mode and the checkpoint interval, nothing learned;
 # rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew).
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "output_root",
@@ -17,7 +29,7 @@ OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "ladder",
     "overwrite",
     "wandb",
-    "speed.compile",
+    "speed",
     "checkpoint",
     "trainer.inference_mode",
     "rung_info",
@@ -26,35 +38,86 @@ OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "trainer.log_every_n_steps",
     "trainer.default_root_dir",
     "analysis.batch_size",
-    "data.cache_dir",
-    "data.max_file_mib",
-)
+)  # and a data source's keys that its Config marks so (config_schema.source_key(in_recipe=False))
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def outside_the_recipe() -> tuple[str, ...]:
+    """OUTSIDE_THE_RECIPE and the data sources' keys marked outside it (data.cache_dir, data.max_file_mib)."""
+    from vitladder.config_schema import keys_outside_the_recipe
+
+    return (*OUTSIDE_THE_RECIPE, *keys_outside_the_recipe())
 
 
-def in_recipe(key: str) -> bool:
-    return not any(key == outside or key.startswith(f"{outside}.") for outside in OUTSIDE_THE_RECIPE)
+def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
+    outside = outside_the_recipe() if outside is None else outside
+    return not any(key == name or key.startswith(f"{name}.") for name in outside)
 
 
-def recipe_changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, current value) for every recipe key that differs; both configs resolved."""
-    old, new = flatten(stored), flatten(current)
+def recipe_changes(
+    stored: Mapping[str, Any],
+    current: Mapping[str, Any],
+    defaults_then: Mapping[str, Any] | None = None,
+    defaults_now: Mapping[str, Any] | None = None,
+) -> list[tuple[str, Any, Any]]:
+    """(key, stored value, current value) for every recipe key that differs; both configs resolved. A key only
+    the current config has is no change at its default now, one only the stored config has none at its default
+    then (defaults: dotted keys, provenance.key_defaults)."""
+    old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
+    then, now = defaults_then or {}, defaults_now or {}
+
+    def at_default(key: str) -> bool:
+        if key not in old:
+            return key in now and new[key] == now[key]
+        return key not in new and key in then and old[key] == then[key]
+
     return [
         (key, old.get(key, ABSENT), new.get(key, ABSENT))
         for key in sorted(old.keys() | new.keys())
-        if in_recipe(key) and old.get(key, ABSENT) != new.get(key, ABSENT)
+        if in_recipe(key, outside) and old.get(key, ABSENT) != new.get(key, ABSENT) and not at_default(key)
     ]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A run folder's recipe against the config that would run now."""
+
+    changes: list[tuple[str, Any, Any]] | None  # None: config.yaml missing or unreadable
+    dropped: list[str]  # settings the current version no longer has, that stood at the default they had
+    made_by: list[str]  # what made the folder, where it differs from now: "lightning 2.5.2 → 2.6.6"
+
+    @property
+    def same(self) -> bool:
+        return self.changes == []
+
+
+def compare_folder(paths: RunPaths, cfg: DictConfig) -> Comparison:
+    """The folder's config.yaml (and provenance.json) against ``cfg``."""
+    made = read_provenance(paths)
+    made_by = [
+        f"{name} {_show(before)} → {_show(versions().get(name))}"
+        for name, before in made.get("versions", {}).items()
+        if before != versions().get(name)
+    ]
+    try:
+        stored = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
+    except Exception:  # missing or unreadable: its recipe is unknown
+        stored = None
+    if not isinstance(stored, dict):
+        return Comparison(None, [], made_by)
+    current = OmegaConf.to_container(cfg, resolve=True)
+    then = made.get("defaults", {})
+    old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
+    dropped = [k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k, outside)]
+    return Comparison(recipe_changes(stored, current, then, key_defaults(cfg)), sorted(dropped), made_by)
+
+
+def dropped_message(run_dir: Path, dropped: list[str]) -> str:
+    return (
+        f"{run_dir}: {', '.join(dropped)} no longer {'is a setting' if len(dropped) == 1 else 'are settings'}; "
+        "the run stood at the default, so it is kept as the same recipe"
+    )
 
 
 def _show(value: Any) -> str:
@@ -65,15 +128,19 @@ def _show(value: Any) -> str:
     return str(value).replace(" ", "")
 
 
-def changed_recipe_message(run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool) -> str:
-    """One line: what changed, and the two ways on."""
+def changed_recipe_message(
+    run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: Sequence[str] = ()
+) -> str:
+    """One line: what changed (and what made the folder, where that differs from now), and the two ways on."""
     state = "a finished run" if finished else "an interrupted run"
+    made = [f"made with {', '.join(made_by)}"] if made_by else []
     if changes:
         listed = ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in changes[:SHOWN_CHANGES])
         more = f" and {len(changes) - SHOWN_CHANGES} more" if len(changes) > SHOWN_CHANGES else ""
-        what = f"{state} of another recipe ({listed}{more})"
+        what = f"{state} of another recipe ({'; '.join([listed + more, *made])})"
     else:
-        what = f"{state} whose config.yaml is missing or unreadable, so its recipe is unknown"
+        unknown = f"{state} whose config.yaml is missing or unreadable, so its recipe is unknown"
+        what = f"{unknown} ({made[0]})" if made else unknown
     return (
         f"{run_dir} holds {what}: to keep it, train under another ladder name (ladder=NAME, or "
         f"make ladder LADDER=NAME); to replace it, add overwrite=true (make ladder ARGS=overwrite=true; "

@@ -1,5 +1,6 @@
 """A rung's final writes, in order: what it measured (done.json's content), model.pt, the W&B summary and
-artifacts, and done.json last, so that its presence means every other output is complete."""
+artifacts, and done.json last, so that its presence means every other output is complete. W&B failing there
+is one warning, not a lost rung: the model and its analysis are saved before it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from vitladder.run_folder import MODEL_FORMAT, RunPaths
 from vitladder.training.module import RecipeModule
 from vitladder.training.resume import last_logged
 from vitladder.training.wandb_artifacts import log_rung_artifacts
+from vitladder.training.wandb_run import wandb_failure_warns
 
 
 def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
@@ -90,8 +92,11 @@ def write_results(
     """On the global-zero process. done.json comes last: its presence means every other output is complete."""
     save_model(module, paths, classes, cfg)
     if wandb_logger is not None:
-        accuracies = {"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]}
-        wandb_logger.experiment.summary.update({k: v for k, v in accuracies.items() if v is not None})
-        log_rung_artifacts(wandb_logger.experiment, cfg, paths.model, paths.analysis, summary)
-        wandb_logger.experiment.finish()
+        kept = f"the rung is finished and saved in {paths.root} (scripts/analyze.py logs its analysis again)"
+        with wandb_failure_warns("the rung's final summary and artifacts", kept):
+            run = wandb_logger.experiment
+            accuracies = {"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]}
+            run.summary.update({k: v for k, v in accuracies.items() if v is not None})
+            log_rung_artifacts(run, cfg, paths.model, paths.analysis, summary)
+            run.finish()
     write_json(paths.done, summary)

@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
+from vitladder.cuda_choices import cuda_choices
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
-from vitladder.training.checkpoint_io import AtomicCheckpointIO
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule
-from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
+from vitladder.training.module import RecipeModule, TrainingDiverged, mixes, use_tensor_cores
+from vitladder.training.provenance import write_provenance
+from vitladder.training.ranks import started_for_another_rank
+from vitladder.training.recipe import changed_recipe_message, compare_folder, dropped_message, move_aside
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
     """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
+    choices = cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
+    use_tensor_cores(choices)
     model = {**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": data.num_classes}
     return RecipeModule(
         model={**model, "img_size": check_patch_size(int(cfg.model.patch_size), data.image_size)},
@@ -44,6 +50,7 @@ def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
         steps_per_epoch=data.steps_per_epoch,
         normalization=data.stats.to_dict(),
         compile=bool(cfg.speed.compile),
+        fused_adamw=choices.fused_adamw(clipping=bool(cfg.trainer.gradient_clip_val)),
         seed=int(cfg.seed),
     )
 
@@ -79,7 +86,8 @@ def _placement(cfg: DictConfig) -> dict:
 
 def world_size(cfg: DictConfig) -> int:
     """How many processes the run will train on, read from a trainer that is built and dropped (no process
-    starts), so that a batch that does not split over them fails before anything is written."""
+    starts), so that a batch that does not split over them, or a strategy that would lose the run's state,
+    fails before anything is written."""
     quiet = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # its device lines come with the real one
     level = quiet.level
     quiet.setLevel(logging.WARNING)
@@ -96,6 +104,14 @@ def world_size(cfg: DictConfig) -> int:
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
     finally:
         quiet.setLevel(level)
+    # The spawn and fork launchers (ddp_spawn, ddp_fork, ddp_notebook and their variants) fit in processes of
+    # their own and hand back the weights only: the epochs, steps and analysis of the rung's summary stay there.
+    # A private class of Lightning's: test_multi_device pins which strategies it refuses.
+    if isinstance(probe.strategy.launcher, _MultiProcessingLauncher):
+        raise UserError(
+            f"trainer.strategy={cfg.trainer.strategy} trains in processes that keep the run's epochs, steps and "
+            "analysis to themselves: use trainer.strategy=ddp (Lightning then runs the command once per device)"
+        )
     return probe.world_size
 
 
@@ -120,22 +136,21 @@ def replaces_old_run(cfg: DictConfig) -> bool:
     finished = paths.done.exists()
     if not (finished or paths.last_ckpt.exists()):
         return False  # nothing trained there to reuse
-    try:
-        stored = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
-    except Exception:  # missing or unreadable: its recipe is unknown
-        stored = None
-    changes = recipe_changes(stored, OmegaConf.to_container(cfg, resolve=True)) if isinstance(stored, dict) else []
-    if isinstance(stored, dict) and not changes:
+    comparison = compare_folder(paths, cfg)
+    if comparison.same:
+        if comparison.dropped:
+            warnings.warn(dropped_message(paths.root, comparison.dropped), stacklevel=1)  # one place: once
         return False
     if not cfg.overwrite:
-        raise UserError(changed_recipe_message(paths.root, changes, finished))
+        raise UserError(changed_recipe_message(paths.root, comparison.changes or [], finished, comparison.made_by))
     return True
 
 
 def write_run_config(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
-    """config.yaml (the resolved config: the recipe later runs are compared with) and overrides.yaml
-    (the command-line overrides that made it)."""
+    """config.yaml (the resolved config: the recipe later runs are compared with), provenance.json (what
+    made it) and overrides.yaml (the command-line overrides that made it)."""
     write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    write_provenance(paths, cfg)
     if overrides is not None:
         write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
@@ -148,6 +163,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     last.ckpt in the same W&B run, only under the same recipe (replaces_old_run). done.json is
     written last, so its presence means finished.
     One process per rung: the folder's lock is held from config.yaml to done.json (training/lock.py).
+    On several devices only rank 0 writes; the other ranks train beside it (training/ranks.py).
     """
     paths = RunPaths(Path(cfg.run_dir))
     replace = replaces_old_run(cfg)
@@ -155,11 +171,15 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
-    per_device_batch(int(cfg.data.batch_size), world_size(cfg))  # the global batch must split over the devices
+    # The global batch must split over the devices, into even batches under MixUp/CutMix.
+    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
     check_patch_size(int(cfg.model.patch_size), datamodule.image_size)
+    if started_for_another_rank():
+        return _train_beside_rank_zero(cfg, paths, datamodule, started, replace)
     if replace:
         set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
@@ -168,7 +188,25 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
             raise UserError(f"{paths.root} changed while this run loaded its data: run the same command again")
         if paths.done.exists():  # finished by the process that held the lock a moment ago
             return read_summary(paths.root)
-        return _train_locked(cfg, paths, datamodule, started, overrides)
+        for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
+            log.info("removed %s, left by an interrupted write", leftover)
+        write_run_config(paths, cfg, overrides)
+        return _fit_and_test(cfg, paths, datamodule, started, resume_checkpoint(paths))
+
+
+def _train_beside_rank_zero(
+    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, replace: bool
+) -> dict:
+    """A rank other than 0 trains the rung with rank 0 and writes nothing. It resumes as rank 0 does, from the
+    same files: before it trains, rank 0 changes none that this reads, except moving a run of another recipe
+    aside, after which both start afresh. Each rank reads last.ckpt itself (Lightning's resume)."""
+    resume_from = None if replace or not paths.last_ckpt.exists() else str(paths.last_ckpt)
+    try:
+        return _fit_and_test(cfg, paths, datamodule, started, resume_from)
+    except TrainingDiverged:
+        # Every rank stops at the same epoch end (the loss is averaged over the ranks) and rank 0 says why, once.
+        # Ending quietly keeps Lightning's process watcher from killing rank 0 while it closes its W&B run.
+        raise SystemExit(0) from None
 
 
 def set_aside(paths: RunPaths) -> None:
@@ -179,21 +217,19 @@ def set_aside(paths: RunPaths) -> None:
     log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, moved)
 
 
-def _train_locked(
-    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, overrides: list[str] | None
+def _fit_and_test(
+    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, resume_from: str | None
 ) -> dict:
-    """Everything that writes into the run folder, run while this process holds its lock."""
-    for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
-        log.info("removed %s, left by an interrupted write", leftover)
-    write_run_config(paths, cfg, overrides)
-    resume_from = resume_checkpoint(paths)
-
+    """Fits (from ``resume_from``, a last.ckpt, or afresh), tests and analyses the rung, on every rank; rank 0,
+    which holds the folder's lock, logs to W&B and writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    wandb_logger = make_logger(cfg, paths.root)  # None when W&B is disabled
+    wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
     csv_logger = MetricsLogger(paths.root)
-    # Saved at the end of every N-th training epoch, after the divergence check, atomically (AtomicCheckpointIO).
-    checkpoint = ModelCheckpoint(
+    # Saved at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the divergence check,
+    # atomically (AtomicCheckpointIO).
+    checkpoint = SpacedCheckpoint(
+        min_interval_s=float(cfg.checkpoint.min_interval_s),
         dirpath=str(paths.checkpoints),
         filename=paths.last_ckpt.stem,
         enable_version_counter=False,

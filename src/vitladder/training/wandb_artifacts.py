@@ -1,10 +1,9 @@
 """The W&B artifacts of a ladder, so that the lineage graph reads dataset -> rung run -> model -> report.
 
-- ``dataset-<name>`` (type ``dataset``): an input of every rung run, declared by reference, never
-  uploaded. A file or torchvision's CIFAR-10 folder is referenced with W&B's checksum (a new version
-  when its content changes); a folder of images by its path only (checksumming thousands of files
-  into every run's manifest would cost more than it tells); the synthetic set by its generator
-  parameters, in its name.
+- ``dataset-<source>`` (type ``dataset``): an input of every rung run, as its source describes it
+  (``data.sources.describe``: the source's keys in its metadata, and in its one small file ``dataset.json``
+  the digest, sizes and classes of the arrays loaded), so a version is one set of images, whatever the
+  source or the path it was read from; the images themselves are never uploaded.
 - ``model-<ladder>-<rung>-seed<k>`` (type ``model``): ``checkpoints/model.pt``, aliases ``latest`` and the rung.
 - ``analysis-<ladder>-<rung>-seed<k>`` (type ``analysis``): the ``analysis/`` folder, the same aliases;
   a re-analysis logs a new version.
@@ -19,12 +18,14 @@ online after `make wandb-sync` draws the report's input edges.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from vitladder.config import rung_index
+from vitladder.data.sources import describe
 
 __all__ = [
     "analysis_artifact",
@@ -52,39 +53,19 @@ def _run_metadata(ladder: str, rung: str, seed: int) -> dict:
     return {"ladder": ladder, "rung": rung, "rung_index": rung_index(rung), "seed": int(seed)}
 
 
-def dataset_artifact(data_cfg: DictConfig):
-    """The source data set as a reference artifact (nothing is uploaded)."""
+def dataset_artifact(record: dict):
+    """The data set described by ``record`` (``data.sources.describe``) as an artifact: its identity (source,
+    digest, sizes, classes) in ``dataset.json``, so W&B's digest changes exactly when the images do."""
     import wandb
 
-    source = str(data_cfg.source)
-    metadata: dict = {"source": source}
-    path: Path | None = None
-    checksum = False
-    if source == "cifar10":
-        root = Path(str(data_cfg.root)).expanduser()
-        path = root if root.name == "cifar-10-batches-py" else root / "cifar-10-batches-py"
-        name, checksum = "dataset-cifar10", True  # eight batch files: cheap to checksum
-    elif source == "imagefolder":
-        path = Path(str(data_cfg.root)).expanduser()
-        name, checksum = f"dataset-{path.name.split('.')[0] or 'images'}", path.is_file()
-    else:
-        params = {
-            "num_train": int(data_cfg.num_train),
-            "num_test": int(data_cfg.num_test),
-            "seed": int(data_cfg.get("seed", 0)),
-        }
-        metadata.update(params)
-        name = f"dataset-{source}-{params['num_train']}-{params['num_test']}-seed{params['seed']}"
-    if path is not None:
-        metadata["path"] = str(path.resolve())
     artifact = wandb.Artifact(
-        safe_name(name),
+        safe_name(f"dataset-{record['source']}"),
         type="dataset",
-        metadata=metadata,
-        description=f"the {source} data set, referenced where it lives, not uploaded",
+        metadata=record,
+        description=f"the {record['source']} data set, identified by the digest of its arrays (not uploaded)",
     )
-    if path is not None and path.exists():
-        artifact.add_reference(path.resolve().as_uri(), name=path.name, checksum=checksum)
+    with artifact.new_file("dataset.json") as file:
+        json.dump({key: value for key, value in record.items() if key != "config"}, file, sort_keys=True)
     return artifact
 
 
@@ -136,7 +117,7 @@ def log_rung_artifacts(run, cfg: DictConfig, model_path: Path, analysis_dir: Pat
     """Into a finished rung's run: the data set it used, the model and the analysis it made."""
     ladder, rung, seed = str(cfg.ladder), str(cfg.rung), int(cfg.seed)
     aliases = ["latest", rung]
-    declare_inputs(run, [dataset_artifact(cfg.data)])
+    declare_inputs(run, [dataset_artifact(describe(cfg.data))])
     headline = {k: summary[k] for k in ("test_acc", "val_acc", "epochs", "layer1_distance_px") if k in summary}
     run.log_artifact(model_artifact(model_path, ladder, rung, seed, headline), aliases=aliases)
     if Path(analysis_dir).is_dir():

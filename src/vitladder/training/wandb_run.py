@@ -16,7 +16,7 @@ import string
 import sys
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -175,7 +175,7 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
     mode = resolve_mode(cfg.wandb.mode)
     if mode == "disabled":
         return None
-    return WandbLogger(
+    logger = WandbLogger(
         **rung_run(cfg, run_dir),
         config=wandb_config(cfg),
         save_dir=str(run_dir),
@@ -183,6 +183,11 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
         resume="allow",
         mode=mode,
     )
+    # Lightning passes anonymous=None to wandb.init, and wandb 0.31 answers any value with a deprecation
+    # warning (the setting does nothing now): not passing it is what wandb asks for. WandbLogger keeps
+    # wandb.init's arguments in a private dict; tests/training/test_wandb_run.py pins it.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
 def define_metrics(run) -> None:
@@ -231,14 +236,49 @@ def offline_runs(ladder_dir: Path) -> list[Path]:
     return sorted(run for run in runs if run.is_dir())
 
 
+def _failure(error: BaseException) -> str:
+    """A W&B failure in a few words: its type and the first line of its message."""
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def _finish_failed(wandb) -> None:
+    """Marks the open W&B run failed and closes it, if W&B can still do that."""
+    if wandb.run is not None:
+        with suppress(wandb.Error, OSError):
+            wandb.run.finish(exit_code=1)
+
+
 @contextmanager
 def finished_if_failed() -> Iterator[None]:
     """Marks the W&B run failed and closes it when training raises. Lightning's WandbLogger never
-    finishes its run, and a later WandbLogger in the same process would attach to the open one."""
+    finishes its run, and a later WandbLogger in the same process would attach to the open one.
+    W&B failing during training (its own errors: the server, the network) is one line: the rung resumes
+    from its last checkpoint."""
     try:
         yield
-    except BaseException:
+    except BaseException as error:
         wandb = sys.modules.get("wandb")  # never imported: no run to close
-        if wandb is not None and wandb.run is not None:
-            wandb.run.finish(exit_code=1)
+        if wandb is None:
+            raise
+        _finish_failed(wandb)
+        if isinstance(error, wandb.Error):
+            raise UserError(
+                f"W&B failed during training ({_failure(error)}): run the same command again to resume from the "
+                "last checkpoint, or train without it (wandb.mode=offline, or disabled)"
+            ) from error
         raise
+
+
+@contextmanager
+def wandb_failure_warns(what: str, kept: str) -> Iterator[None]:
+    """For the W&B steps after training, whose results are saved locally first: a failure of W&B itself (its
+    errors, the network, its files) is one warning line saying that ``what`` was not logged and what is
+    ``kept``, and the caller goes on (as a decorator: returns None). Anything else propagates."""
+    import wandb
+
+    try:
+        yield
+    except (wandb.Error, OSError) as error:
+        _finish_failed(wandb)
+        warnings.warn(f"W&B could not log {what} ({_failure(error)}): {kept}", stacklevel=1)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from extensions import add_stripes_source
 from omegaconf import OmegaConf
 
 from vitladder.config import compose_rung
@@ -14,6 +15,7 @@ from vitladder.data import sources
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.sources.synthetic import make_synthetic
 from vitladder.errors import DataError, UserError
+from vitladder.training.recipe import in_recipe
 
 
 @pytest.fixture(autouse=True)
@@ -87,35 +89,10 @@ def test_the_same_images_are_loaded_once_per_process(monkeypatch: pytest.MonkeyP
     assert len(calls) == 2 and list(sources._loaded) == [sources._identity(OmegaConf.merge(cfg, {"num_train": 40}))]
 
 
-STRIPES = '''
-"""data=stripes: a source added as one file, with a key of its own."""
-
-from dataclasses import dataclass
-
-import torch
-
-from vitladder.config_schema import DataConfig
-from vitladder.data.sources import ImageSplits
-
-
-@dataclass
-class Config(DataConfig):
-    num_images: int = 40
-
-
-def load(data_cfg):
-    n = int(data_cfg.num_images)
-    labels = torch.arange(n) % 2  # (n,)
-    images = (labels[:, None, None, None] * torch.arange(16)).expand(n, 3, 16, 16).to(torch.uint8) * 8
-    return ImageSplits(images[:-10], labels[:-10], images[-10:], labels[-10:], ("even", "odd"))
-'''
-
-
 @pytest.fixture
 def stripes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """conf/ untouched, no Python edited: only data/sources/stripes.py added."""
-    (tmp_path / "stripes.py").write_text(STRIPES)
-    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(tmp_path)])
+    add_stripes_source(tmp_path, monkeypatch)
 
 
 def test_a_new_source_is_one_module_found_by_its_name(stripes) -> None:
@@ -136,3 +113,17 @@ def test_a_new_sources_keys_are_typed_by_its_config(stripes) -> None:
         compose_rung("patch8", ["data=stripes", "data.num_images=many"])
     with pytest.raises(UserError, match="data.root: no such key with data=stripes"):
         compose_rung("patch8", ["data=stripes", "data.root=x"])
+
+
+def test_a_new_sources_ranges_and_recipe_keys_live_in_its_config(stripes) -> None:
+    with pytest.raises(UserError) as error:
+        compose_rung("patch8", ["data=stripes", "data.num_images=3"])
+    assert str(error.value) == (
+        "data.num_images=3 is not valid: data.num_images must be at least 20, e.g. data.num_images=40"
+    )
+    assert compose_rung("patch8", ["data=stripes", "data.num_images=20"]).data.num_images == 20
+    assert in_recipe("data.num_images") and not in_recipe("data.scratch_dir")
+    # the shipped sources' own keys, likewise
+    assert not in_recipe("data.cache_dir") and not in_recipe("data.max_file_mib") and in_recipe("data.num_train")
+    with pytest.raises(UserError, match=r"^data.num_test=0 is not valid: data.num_test must be at least 1"):
+        compose_rung("patch8", ["data=synthetic", "data.num_test=0"])

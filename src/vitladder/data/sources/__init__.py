@@ -12,6 +12,8 @@ not sources. Every problem a user can fix is raised as a one-line :class:`~vitla
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import json
 import pkgutil
@@ -61,6 +63,15 @@ class ImageSplits:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 of the arrays and the class names: which images these are, whatever their source or path."""
+        digest = hashlib.sha256(json.dumps(self.classes).encode())
+        for array in (self.train_images, self.train_labels, self.test_images, self.test_labels):
+            digest.update(json.dumps([str(array.dtype), list(array.shape)]).encode())
+            digest.update(array.contiguous().numpy().data)
+        return digest.hexdigest()
+
 
 def source_names() -> list[str]:
     """The data= options: every public module of this package, sorted."""
@@ -83,10 +94,13 @@ _loaded: dict[str, ImageSplits] = {}
 _SPLIT_KEYS = {f.name for f in fields(DataConfig)} - {"source"}  # how the images are used, not which images
 
 
-def _identity(data_cfg: DictConfig) -> str:
+def _source_values(data_cfg: DictConfig) -> dict:
     """The keys that choose the images (source, root, sizes...), not how they are split or batched."""
-    chosen = {k: v for k, v in OmegaConf.to_container(data_cfg, resolve=True).items() if k not in _SPLIT_KEYS}
-    return json.dumps(chosen, sort_keys=True, default=str)
+    return {k: v for k, v in OmegaConf.to_container(data_cfg, resolve=True).items() if k not in _SPLIT_KEYS}
+
+
+def _identity(data_cfg: DictConfig) -> str:
+    return json.dumps(_source_values(data_cfg), sort_keys=True, default=str)
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
@@ -97,3 +111,19 @@ def load(data_cfg: DictConfig) -> ImageSplits:
         _loaded.clear()
         _loaded[key] = splits
     return _loaded[key]
+
+
+def describe(data_cfg: DictConfig) -> dict:
+    """What the run's data set is, in the same terms for every source: its name, the values of the source's own
+    keys, and the digest, sizes and classes of the arrays it loaded (this process's load, not a new one)."""
+    splits = load(data_cfg)
+    values = _source_values(data_cfg)
+    return {
+        "source": values.pop("source"),
+        "config": values,
+        "sha256": splits.digest,
+        "train_images": len(splits.train_labels),
+        "test_images": len(splits.test_labels),
+        "image_size": splits.image_size,
+        "classes": list(splits.classes),
+    }

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from omegaconf import MISSING, DictConfig
+from omegaconf import DictConfig
 
-from vitladder.config_schema import DataConfig
+from vitladder.config_schema import DataConfig, source_key
 from vitladder.data.sources import SYNTHETIC, ImageSplits
 from vitladder.errors import DataError
 
@@ -17,8 +17,8 @@ from vitladder.errors import DataError
 class Config(DataConfig):
     """data=synthetic's keys (values: conf/data/synthetic.yaml)."""
 
-    num_train: int = MISSING
-    num_test: int = MISSING
+    num_train: int = source_key(valid=(lambda v: v >= 1, "at least 1", "10000"))
+    num_test: int = source_key(valid=(lambda v: v >= 1, "at least 1", "2000"))
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:

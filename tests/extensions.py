@@ -1,0 +1,94 @@
+"""What a newcomer adds at each documented extension point, written once for the tests that add them: a data
+source (one module under data/sources/), a per-head metric (one entry of analysis/metrics.py's METRICS) and a
+rung (one file under conf/step/); and a copy of the project to add them to."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+STRIPES_SOURCE = '''
+"""data=stripes: a source added as one file, with keys of its own."""
+
+from dataclasses import dataclass
+
+import torch
+
+from vitladder.config_schema import DataConfig, source_key
+from vitladder.data.sources import ImageSplits
+
+
+@dataclass
+class Config(DataConfig):
+    num_images: int = source_key(40, valid=(lambda n: n >= 20, "at least 20", "40"))
+    scratch_dir: str = source_key("scratch", in_recipe=False)  # changes no result
+
+
+def load(data_cfg):
+    n = int(data_cfg.num_images)
+    labels = torch.arange(n) % 2  # (n,)
+    images = (labels[:, None, None, None] * torch.arange(16)).expand(n, 3, 16, 16).to(torch.uint8) * 8
+    return ImageSplits(images[:-10], labels[:-10], images[-10:], labels[-10:], ("even", "odd"))
+'''
+
+GRAD_CLIP_RUNG = """\
+# @package _global_
+defaults:
+  - epochs200
+  - _self_
+
+rung: grad_clip
+rung_info:
+  grad_clip:
+    description: gradient clipping at norm 1
+trainer:
+  gradient_clip_val: 1.0
+"""
+
+# The attention a patch query gives its own patch, per head: (B, H, T, T) -> (H,).
+SELF_SHARE_METRIC = """\
+    HeadMetric(
+        "self_share",
+        lambda attn, px: attn[:, :, 1:, 1:].diagonal(dim1=-2, dim2=-1).float().mean(dim=(0, 2)),
+        "self share",
+        "",
+        "self",
+        digits=3,
+        uniform=lambda grid, px: 1 / (1 + grid * grid),
+    ),
+"""
+
+
+def add_stripes_source(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """data=stripes in this process: its module in ``folder``, one more place the sources package looks in."""
+    from vitladder.data import sources
+
+    (folder / "stripes.py").write_text(STRIPES_SOURCE)
+    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(folder)])
+
+
+def copy_project(repo_root: Path, copy: Path) -> Path:
+    """The project as a newcomer's checkout has it: sources, configs, entry points, Makefile and pyproject.toml."""
+    for name in ("src", "conf", "scripts"):
+        shutil.copytree(repo_root / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("train.py", "Makefile", "pyproject.toml"):
+        shutil.copy2(repo_root / name, copy / name)
+    return copy
+
+
+def add_grad_clip_rung(copy: Path) -> None:
+    (copy / "conf" / "step" / "grad_clip.yaml").write_text(GRAD_CLIP_RUNG)
+
+
+def add_self_share_metric(copy: Path) -> None:
+    """One more entry at the end of METRICS, the last statement of analysis/metrics.py."""
+    path = copy / "src" / "vitladder" / "analysis" / "metrics.py"
+    text = path.read_text().rstrip()
+    assert text.endswith("\n)"), "METRICS is no longer the end of metrics.py"
+    path.write_text(f"{text[:-1]}{SELF_SHARE_METRIC})\n")
+
+
+def add_stripes_module(copy: Path) -> None:
+    (copy / "src" / "vitladder" / "data" / "sources" / "stripes.py").write_text(STRIPES_SOURCE)

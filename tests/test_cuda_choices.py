@@ -1,0 +1,172 @@
+"""The choices a run makes for CUDA, decided in one place (cuda_choices.py): the precision follows the accelerator
+the run asks for and the GPU's bf16 support, fused AdamW gives way to clipping, TF32 comes with CUDA, and
+speed.rehearse_cuda=true takes all of them on any device."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitladder
+from vitladder.config import compose_rung
+from vitladder.cuda_choices import CudaChoices, cuda_choices
+from vitladder.training.module import optimizer_kwargs, use_tensor_cores
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """``gpu(bf16=...)``: this process sees a CUDA GPU that does (Ampere and later) or does not (V100, T4)
+    compute in bf16; ``asked`` records the including_emulation argument of each bf16 query."""
+    asked = []
+
+    def visible(bf16: bool) -> list:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            asked.append(including_emulation)
+            return bf16 or including_emulation  # torch's default counts emulation: a V100 says yes
+
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+        return asked
+
+    return visible
+
+
+@pytest.mark.parametrize("accelerator", ["auto", "gpu", "cuda"])
+@pytest.mark.parametrize("bf16, precision", [(True, "bf16-mixed"), (False, "16-mixed")])
+def test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast(gpu, accelerator, bf16, precision):
+    asked = gpu(bf16=bf16)
+    choices = cuda_choices(accelerator)
+    assert choices == CudaChoices(cuda=True, bf16=bf16) and choices.precision == precision
+    assert asked == [False], "emulated bf16 (V100, T4) is slower than fp32: it must not count"
+    assert compose_rung("patch8", [f"trainer.accelerator={accelerator}"]).trainer.precision == precision
+    assert choices.tf32 and choices.fused_adamw(clipping=False)
+
+
+def test_the_cpu_gets_full_precision_even_where_cuda_is_visible(gpu):
+    gpu(bf16=True)
+    assert cuda_choices("cpu") == CudaChoices() and CudaChoices().precision == "32-true"
+    assert compose_rung("patch8", ["trainer.accelerator=cpu"]).trainer.precision == "32-true"
+    assert not CudaChoices().tf32 and not CudaChoices().fused_adamw(clipping=False)
+
+
+def test_without_cuda_every_accelerator_gets_the_cpus_choices(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for accelerator in ("auto", "gpu", "cuda", "cpu", "mps"):
+        assert cuda_choices(accelerator) == CudaChoices()
+    assert compose_rung("patch8").trainer.precision == "32-true"
+
+
+def test_an_explicit_precision_is_kept(gpu):
+    gpu(bf16=True)
+    assert compose_rung("patch8", ["trainer.precision=32-true"]).trainer.precision == "32-true"
+
+
+def test_the_rehearsal_takes_a_bf16_gpus_choices_on_any_device(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for accelerator in ("cpu", "auto"):
+        assert cuda_choices(accelerator, rehearse=True) == CudaChoices(cuda=True, bf16=True)
+    cfg = compose_rung("patch8", ["trainer.accelerator=cpu", "speed.rehearse_cuda=true"])
+    assert cfg.trainer.precision == "bf16-mixed"
+
+
+def test_fused_adamw_gives_way_to_gradient_clipping():
+    # Lightning clips between backward and the optimizer step, which a fused step leaves no room for.
+    assert CudaChoices(cuda=True, bf16=True).fused_adamw(clipping=False)
+    assert not CudaChoices(cuda=True, bf16=True).fused_adamw(clipping=True)
+    assert not CudaChoices(cuda=True, bf16=False).fused_adamw(clipping=True)
+
+
+def test_the_benchmarks_bare_loop_takes_the_runs_choices(gpu, matmul_precision):
+    gpu(bf16=True)
+    assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
+    assert optimizer_kwargs(torch.device("cuda", 0), clipping=True) == {}
+    assert optimizer_kwargs(torch.device("cpu")) == {}
+    use_tensor_cores(CudaChoices())
+    assert torch.get_float32_matmul_precision() == "highest"
+    use_tensor_cores()  # this machine's choices: a CUDA GPU is visible
+    assert torch.get_float32_matmul_precision() == "high"
+
+
+# --- every CUDA-conditioned line of src/, and what runs it on the CPU --------------------------------------------
+
+PACKAGE = Path(vitladder.__file__).parent
+CUDA_NAME = re.compile(r"cuda(:\d+)?")  # a device or accelerator name
+CUDA_MODULE = re.compile(r"torch\.(cuda|backends\.cuda|backends\.cudnn)\.")
+
+# (file, function) -> the tests that run its CUDA branch with CUDA's value on the CPU (a forced setting or a GPU
+# the test makes visible). A new CUDA-conditioned line anywhere in src/ must be added here with its rehearsal.
+REHEARSED = {
+    ("cuda_choices.py", "<module>"): ["test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast"],
+    ("cuda_choices.py", "cuda_choices"): [
+        "test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast",
+        "test_the_cpu_gets_full_precision_even_where_cuda_is_visible",
+        "test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_cpu",
+        "test_gradient_clipping_trains_under_the_cuda_settings",
+        "test_a_gpu_without_bf16_trains_with_fp16_autocast_and_a_loss_scaler",
+    ],
+    ("devtools/timing.py", "sync"): ["test_warmup_steps_are_untimed_and_cuda_is_synchronised_at_both_ends"],
+}
+# The developer tools' own CUDA lines, which only a GPU runs (make bench --device cuda, make gpu-check): what each
+# decides. Sizes and names are measurement settings; the two marked "a run's choice" repeat cuda_choices' rules
+# and should take them from there.
+ON_A_GPU_ONLY = {
+    ("devtools/benchmark.py", "settings_for"): "the benchmark's batch and step counts on a GPU",
+    ("devtools/benchmark.py", "run_benchmark"): "the GPU's name in the report",
+    ("devtools/gpu_check.py", "benchmark"): "the GPU check's warm-up and timed steps",
+    ("devtools/gpu_check.py", "device_info"): "the GPU's name and type in gpu_check.json",
+    ("devtools/gpu_check.py", "run_check"): "the device the check runs on",
+    ("devtools/gpu_check.py", "markdown"): "the fused AdamW and TF32 lines of gpu_check.md",
+    ("devtools/estimate.py", "estimate_run_seconds"): "a run's choice: the accelerator rule (CUDA_ACCELERATORS)",
+    ("devtools/estimate.py", "seconds_per_image"): "a run's choice: bf16 autocast on CUDA (the precision)",
+    ("devtools/estimate.py", "seconds_per_image.step"): "a run's choice: bf16 autocast on CUDA (the precision)",
+}
+
+
+def cuda_conditioned(path: Path) -> set[str]:
+    """The functions (dotted, "<module>" for the top level) of ``path`` that name CUDA: torch.cuda.*,
+    torch.backends.cuda*, .is_cuda, or a "cuda" / "cuda:N" string (device.type == "cuda", accelerator names)."""
+    found = set()
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, f"{scope}.{child.name}" if scope else child.name)
+                continue
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and CUDA_NAME.fullmatch(child.value):
+                found.add(scope or "<module>")
+            if isinstance(child, ast.Attribute) and (child.attr == "is_cuda" or CUDA_MODULE.match(ast.unparse(child))):
+                found.add(scope or "<module>")
+            visit(child, scope)
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_every_cuda_choice_in_src_is_rehearsed_on_the_cpu_or_declared_gpu_only(repo_root):
+    found = {(str(p.relative_to(PACKAGE)), scope) for p in PACKAGE.rglob("*.py") for scope in cuda_conditioned(p)}
+    assert ("cuda_choices.py", "cuda_choices") in found and ("devtools/timing.py", "sync") in found  # the scan works
+    assert found == REHEARSED.keys() | ON_A_GPU_ONLY.keys(), (
+        "a CUDA-conditioned function was added or removed: decide it in cuda_choices.py, or list it here with the "
+        "test that runs it on the CPU"
+    )
+    tests = "\n".join(p.read_text() for p in (repo_root / "tests").rglob("test_*.py"))
+    missing = {name for names in REHEARSED.values() for name in names if f"def {name}(" not in tests}
+    assert missing == set()
+    assert all(path.startswith("devtools/") for path, _ in ON_A_GPU_ONLY), "the pipeline's CUDA lines are rehearsed"
+
+
+def test_the_scan_finds_a_new_cuda_only_choice(tmp_path):
+    source = tmp_path / "new.py"
+    source.write_text(
+        "import torch\n"
+        "def batch(device):\n    return 512 if device.type == 'cuda' else 64\n"
+        "class Run:\n    def pin(self, x):\n        return x.is_cuda\n"
+        "def bench():\n    torch.backends.cudnn.benchmark = True\n"
+        "def plain(device):\n    return device.type == 'cpu'\n"
+    )
+    assert cuda_conditioned(source) == {"batch", "Run.pin", "bench"}

@@ -1,0 +1,64 @@
+"""Quiet runs: each library note is dropped by its message and the module that issues it, nothing else is,
+and a warning is one line. (A whole run's output is checked in tests/test_extension_points.py.)"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import lightning as L
+import pytest
+
+from vitladder.quiet import LIGHTNING_INFO, one_line, quiet_libraries
+
+LIGHTNING, FIT_LOOP = "lightning.pytorch", "lightning.pytorch.loops.fit_loop"
+CHECKPOINT = "lightning.pytorch.callbacks.model_checkpoint"
+NOT_EMPTY = "Checkpoint directory r/checkpoints exists and is not empty."
+LEAF_SPEC = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec)` instead."
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_libraries()
+        yield shown
+
+
+@pytest.mark.parametrize(
+    "message, category, module, dropped",
+    [
+        (LEAF_SPEC, FutureWarning, f"{LIGHTNING}.utilities._pytree", True),
+        (LEAF_SPEC, FutureWarning, "my_project.trees", False),  # someone else's use of it is theirs to see
+        (NOT_EMPTY, UserWarning, CHECKPOINT, True),
+        ("The number of training batches (3) is smaller than the logging interval", UserWarning, FIT_LOOP, False),
+        (NOT_EMPTY, UserWarning, "my_project.save", False),
+    ],
+)
+def test_a_note_is_dropped_only_from_the_module_that_issues_it(quiet, message, category, module, dropped):
+    warnings.warn_explicit(message, category, f"{module.replace('.', '/')}.py", 1, module=module)
+    assert [str(w.message) for w in quiet] == ([] if dropped else [message])
+
+
+def test_lightnings_tips_are_dropped_and_its_other_lines_kept(quiet):
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger(LIGHTNING_INFO)
+    logger.addHandler(handler)
+    try:
+        L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    finally:
+        logger.removeHandler(handler)
+    assert any(line.startswith("GPU available") for line in seen) and not [s for s in seen if "Tip" in s], seen
+
+
+def test_a_warning_is_one_line(quiet):
+    from vitladder import quiet as ours
+
+    assert one_line("W&B server\nanswered HTTP 500", UserWarning, ours.__file__, 9) == (
+        "warning: W&B server answered HTTP 500\n"
+    )
+    assert one_line(UserWarning("a\n  b"), UserWarning, "/lib/torch/x.py", 3) == "/lib/torch/x.py:3: UserWarning: a b\n"
+    assert warnings.formatwarning is one_line
