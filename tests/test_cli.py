@@ -55,7 +55,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
         ("data.batch_size=[", ("malformed override 'data.batch_size=['", "key=value")),
         # Values in range, checked before any folder exists (seed=-1 used to create <rung>-seed-1/ first).
         ("data.batch_size=0", ("data.batch_size=0 is not valid", "at least 1")),
-        ("data.val_size=-5", ("data.val_size=-5 is not valid", "at least 1")),
+        ("data.val_size=-5", ("data.val_size=-5 is not valid", "at least 0")),
         ("seed=-1", ("seed=-1 is not valid", "between 0 and")),
         ("wandb.mode=bogus", ("wandb.mode='bogus' is not valid", "auto, online, offline, disabled")),
         ("ladder=../../x", ("ladder='../../x' is not valid", "plain folder name")),

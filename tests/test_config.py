@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -79,6 +80,50 @@ def test_smoke_profile_keeps_the_shape_and_shrinks_the_rest():
     assert scaled_epochs(compose_rung("patch8", ["profile=smoke"]))[0] == 1
     assert compose_rung("patch8", ["profile=smoke", "data=cifar10"]).data.source == "cifar10"
     assert smoke.run_dir == "outputs/smoke/epochs200"
+
+
+SMOKE_SENTENCE = re.compile(
+    r"`smoke` \(same (?P<depth>\d+) × (?P<heads>\d+) shape at width (?P<width>\d+),\s+(?P<percent>\d+)% of each "
+    r"rung's epochs — (?P<first>\d+) epochs?, (?P<top>\d+) for `epochs200` — on (?P<train>[\d,]+) synthetic "
+    r"training images,\s+(?P<val>[\d,]+) validation images and (?P<test>[\d,]+) test images"
+)
+
+
+def test_the_readmes_smoke_figures_are_conf_profile_smoke_yaml(repo_root):
+    readme = " ".join((repo_root / "README.md").read_text().split())  # one line: sentences wrap anywhere
+    said = SMOKE_SENTENCE.search(readme)
+    assert said, "the README describes the smoke profile in one sentence (SMOKE_SENTENCE)"
+    figures = {key: int(value.replace(",", "")) for key, value in said.groupdict().items()}
+    first, top = compose_rung("patch8", ["profile=smoke"]), compose_rung("epochs200", ["profile=smoke"])
+    assert figures == {
+        "depth": first.model.depth,
+        "heads": first.model.num_heads,
+        "width": first.model.embed_dim,
+        "percent": round(100 * first.profile.epoch_scale),
+        "first": first.trainer.max_epochs,
+        "top": top.trainer.max_epochs,
+        "train": first.data.train_subset,
+        "val": first.data.val_size,
+        "test": first.data.test_subset,
+    }
+    analysed = re.search(r"over the first ([\d,]+) test images \(([\d,]+) on the smoke profile\)", readme)
+    assert analysed and int(analysed[2]) == first.analysis.num_images
+    assert int(analysed[1].replace(",", "")) == compose_rung("patch8", []).analysis.num_images
+
+
+CHOSEN = re.compile(r"^\| `(?P<key>[a-z_]+\.[a-z_]+)`[^|]*\| \**(?P<value>\(?[0-9][0-9.e,\- ]*\)?)", re.MULTILINE)
+
+
+def test_docs_recipe_md_gives_the_values_conf_holds(repo_root):
+    """docs/recipe.md's table of the values chosen is the top rung's composed recipe (the full profile)."""
+    chosen = {m["key"]: m["value"].strip(" ,") for m in CHOSEN.finditer((repo_root / "docs/recipe.md").read_text())}
+    assert len(chosen) == 8, chosen  # every row but mixup.*, whose values are words
+    top = compose_rung("epochs200", [])
+    for key, value in chosen.items():
+        numbers = [float(n.replace(",", "")) for n in re.findall(r"[0-9][0-9.e\-,]*[0-9]|[0-9]", value)]
+        stored = OmegaConf.select(top, key)
+        assert numbers == (list(stored) if key == "optim.betas" else [stored]), key
+    assert (top.mixup.mixup_alpha, top.mixup.cutmix_alpha, top.mixup.prob) == (0.8, 1.0, 1.0)
 
 
 def test_seeds_other_than_zero_get_their_own_folder():
@@ -177,7 +222,7 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
         (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
         (["data=../etc"], "data=../etc: no such choice (conf/data/../etc.yaml); choose one of cifar10, imagefolder"),
         (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
-        (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 1"),
+        (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 0 (0: no validation"),
         (["seed=-1"], "seed=-1 is not valid: seed must be between 0 and 4294967295"),
         (
             ["wandb.mode=bogus"],

@@ -175,11 +175,13 @@ class ProfileConfig:
 
 @dataclass
 class ReferenceFigures:
-    """The article's figures for a rung (one seed of its GPU run); a rung it did not train has none."""
+    """The article's figures for a rung (one seed of its GPU run), and the epochs it trained them in; a rung it did
+    not train has none."""
 
     test_acc: float = MISSING  # a fraction, 0.929 for 92.9%
     layer1_distance_px: float = MISSING
     uniform_distance_px: float = MISSING
+    epochs: int | None = None  # the article's training length: a result of other epochs says so (report/setting.py)
 
 
 @dataclass

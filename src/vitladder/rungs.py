@@ -26,7 +26,7 @@ class Rung:
     name: str
     parent: str | None  # the rung it builds on; None for the ladder's first rung
     description: str
-    reference: dict[str, float] = field(default_factory=dict)  # test_acc, layer1_distance_px, ...; {}: none
+    reference: dict[str, float] = field(default_factory=dict)  # test_acc, layer1_distance_px, epochs...; {}: none
 
 
 def parent_in(defaults: Any, path: Path) -> str | None:
@@ -64,7 +64,8 @@ def read_rung(path: Path) -> Rung:
             )
         info = OmegaConf.merge(OmegaConf.structured(RungInfo), info)
         description = str(info.description)
-        reference = OmegaConf.to_container(info.reference) if info.reference is not None else {}
+        figures = OmegaConf.to_container(info.reference) if info.reference is not None else {}
+        reference = {key: value for key, value in figures.items() if value is not None}  # those the article gives
     except OmegaConfBaseException as error:  # the schema's word on it, and which key
         key = f"rung_info.{name}.{error.full_key}" if getattr(error, "full_key", None) else "rung_info"
         raise UserError(f"{path}: {key}: {str(error).splitlines()[0]}") from None

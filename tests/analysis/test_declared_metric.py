@@ -148,9 +148,9 @@ def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMe
     assert float(ladder_csv["patch8"]["layer1_self_share"]) == pytest.approx(rows[1]["self_share"])
     assert ladder_csv["augment"]["layer1_self_share"] == ""  # not measured there: an empty cell
     header = next(line for line in report.splitlines() if line.startswith("| rung |"))
-    assert header.endswith("| layer-1 self | seeds | figures |")
+    assert header.endswith("| layer-1 self share | uniform | not as in the article | seeds | figures |")
     patch8 = next(line for line in report.splitlines() if line.startswith("| `patch8` |"))
-    assert f"| {rows[1]['self_share']:.3f} | 1 |" in patch8
+    assert f"| {rows[1]['self_share']:.3f} | {1 / 17:.3f} |" in patch8
     assert "![self per layer](self_by_layer.png)" in report and "`self.png`" in report
     with Image.open(ladder / "self_by_layer.png") as image:
         assert image.format == "PNG"

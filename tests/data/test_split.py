@@ -107,6 +107,13 @@ def test_the_seeded_order_is_the_one_finished_runs_were_evaluated_on() -> None:
     assert test == [6, 7, 9, 5, 0, 4, 3, 2, 1, 8]
 
 
+def test_val_size_0_trains_on_every_training_image() -> None:
+    source = indexed_source(300, 60)
+    train, val, _ = split(source, val_size=0)
+    assert val == [] and sorted(train) == list(range(300)) and train != sorted(train)  # all, in a seeded order
+    assert split(source, val_size=0, train_subset=25)[0] == train[:25]
+
+
 def test_a_validation_set_as_large_as_the_training_set_is_refused() -> None:
     with pytest.raises(DataError, match="val_size=12 leaves no training images"):
         split(indexed_source(12, 10), val_size=12)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from entry_points import load_script
 
+from vitladder.config import compose_rung
 from vitladder.devtools.benchmark import format_table, run_benchmark, settings_for
 
 FIGURES = {
@@ -152,3 +153,7 @@ def test_default_settings_fit_the_cpu():
     assert full.batch_size * (full.warmup + full.steps + 1) * full.rounds * 2 <= 3200  # 20-40 img/s: a few minutes
     with pytest.raises(ValueError, match="width"):
         settings_for("huge", "cpu")
+
+
+def test_the_gpu_benchmark_times_the_recipes_batch():
+    assert settings_for("full", "cuda").batch_size == compose_rung("patch4", []).data.batch_size == 128

@@ -13,10 +13,48 @@ from PIL import Image
 from vitladder.analysis.outputs import layers_columns, read_csv, write_csv
 from vitladder.config import get_rung, rung_names
 from vitladder.report.ladder_report import build_report, collect, mean_ci, t_quantile_975
+from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.report.wandb_run import log_report_to_wandb
 
 REPO = Path(__file__).resolve().parents[2]
-LADDER_COLUMNS = ["rung", "test_acc", "layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats"]
+LADDER_COLUMNS = [
+    "rung",
+    "test_acc",
+    "layer1_distance_px",
+    "uniform_distance_px",
+    "layer1_entropy_nats",
+    "uniform_entropy_nats",
+    "layer1_distance_drop_px",
+    "uniform_distance_drop_px",
+    *SETTING_COLUMNS,
+]
+# done.json's record of what a smoke run trained (training.results.rung_summary, ImageDataModule.facts)
+SMOKE_SETTING = {
+    "epochs": 1,
+    "epochs_planned": 1,
+    "steps": 54,
+    "steps_per_epoch": 54,
+    "data": "synthetic images",
+    "train_images": 3500,
+    "val_images": 500,
+    "test_images": 500,
+    "test_order": "seeded",
+    "analysis_images": 100,
+}
+# ... and of a full run on the official pixels with every training image: the article's setting
+ARTICLE_SETTING = {
+    **SMOKE_SETTING,
+    "epochs": 100,
+    "epochs_planned": 100,
+    "steps": 39_100,
+    "steps_per_epoch": 391,
+    "data": "official CIFAR-10 pixels",
+    "train_images": 50_000,
+    "val_images": 0,
+    "test_images": 10_000,
+    "test_order": "official",
+    "analysis_images": 1000,
+}
 
 
 def make_run(
@@ -28,6 +66,7 @@ def make_run(
     entropy1: float = 3.0,
     analysed: bool = True,
     finished: bool = True,
+    setting: dict | None = None,
 ) -> Path:
     """A run folder as train_rung + the analysis callback leave it (only the files the report reads)."""
     run = ladder / (rung if seed == 0 else f"{rung}-seed{seed}")
@@ -48,7 +87,8 @@ def make_run(
                 "cls_share": 0.05,
                 "uniform_distance_px": uniform,
                 "uniform_entropy_nats": uniform_h,
-                "distance_drop_px": 10.0,
+                "distance_drop_px": layer1 - 0.5 if layer == 1 else 10.0,
+                "uniform_distance_drop_px": uniform * (16 if patch8 else 64) / (17 if patch8 else 65),
             }
             for layer in range(7)
         ]
@@ -60,7 +100,7 @@ def make_run(
                     "rung": rung,
                     "ladder": ladder.name,
                     "seed": seed,
-                    "epochs": 1,
+                    **(SMOKE_SETTING if setting is None else setting),
                     "test_acc": test_acc,
                     "test_loss": 1.0,
                     "val_acc": test_acc,
@@ -97,9 +137,7 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
         assert f"`{rung}`" in text and f"{get_rung(rung).reference['test_acc']:.1%}" in text
     assert "52.0%" in text and "| 13.0 |" in text and "15.8 (16.1)" in text and "8.1 (16.5)" in text
     assert "±" not in text.split("## Figures")[0].split("|---|")[1]  # one seed: no intervals in the table
-    assert (
-        "(patch8/analysis/)" in text and "profile `smoke`" in text and "not the full GPU recipe".lower() in text.lower()
-    )
+    assert "(patch8/analysis/)" in text and "profile `smoke`" in text and "Not the article's setting" in text
     for name in ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png"):
         assert f"]({name})" in text
         assert_png(ladder / name)
@@ -115,7 +153,7 @@ def test_three_seeds_give_mean_and_t_interval(tmp_path: Path) -> None:
 
     rows = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
     assert list(rows) == ["patch4", "warmup"]  # ladder order, only finished rungs
-    assert list(next(iter(rows.values())))[:5] == LADDER_COLUMNS
+    assert list(next(iter(rows.values())))[: len(LADDER_COLUMNS)] == LADDER_COLUMNS
     warmup = rows["warmup"]
     # by hand: t_{0.975, 2} = 4.302653, half-width = t * s / sqrt(n)
     mean = sum(accs) / 3
@@ -194,10 +232,18 @@ def test_report_run_tables_carry_seeds_and_intervals(tmp_path: Path, wandb_run_r
     assert warmup["ref_test_acc"] == get_rung("warmup").reference["test_acc"]
     assert warmup["test_acc"] == pytest.approx(mean) and warmup["test_acc_ci95"] == pytest.approx(half)
     assert rows["patch8"]["n_seeds"] == 0 and rows["patch8"]["test_acc"] is None  # not run: the reference only
+    # What each rung trained and where that is not the article's, and both readings of the distance.
+    trained = ("1", "54", "synthetic images", 100)
+    assert (warmup["epochs"], warmup["steps"], warmup["data"], warmup["ref_epochs"]) == trained
+    assert warmup["differs"].startswith("1 of 100 epochs; synthetic images, not the official pixels")
+    assert rows["patch4"]["layer1_distance_drop_px"] == pytest.approx(12.5)
+    assert rows["patch4"]["uniform_distance_drop_px"] == pytest.approx(16.546 * 64 / 65)
+    assert run.summary["report/patch4/layer1_distance_drop_px"] == pytest.approx(12.5)
 
     runs = run.table("report/runs")
     assert runs["columns"][:3] == ["rung", "rung_index", "seed"]
     assert sorted((r[0], r[2]) for r in runs["data"]) == [("patch4", 0), ("warmup", 0), ("warmup", 1), ("warmup", 2)]
+    assert {dict(zip(runs["columns"], r))["analysed"] for r in runs["data"]} == {"a seeded sample of 100"}
     chart = run.table("report/test_acc_by_rung_table")
     series = {(r[0], r[3]): r[4] for r in chart["data"]}
     assert series[("warmup", "this project")] == pytest.approx(mean)
@@ -236,3 +282,74 @@ def test_layer_one_is_the_same_layer_in_done_json_layers_csv_and_the_report(tmp_
     write_csv(layers_csv, layers_columns(), rows)  # a one-layer model's analysis
     values = {result.rung: result.values("layer1_distance_px") for result in collect(tmp_path / "ladder")}
     assert values == {"patch4": [9.25], "warmup": [11.5]}
+
+
+def test_every_row_says_what_it_trained_and_where_that_is_not_the_articles_setting(tmp_path: Path) -> None:
+    ladder = tmp_path / "full"
+    make_run(ladder, "patch8", setting=ARTICLE_SETTING)
+    stopped = {
+        **ARTICLE_SETTING,
+        "epochs": 37.41,  # trainer.max_time stopped the 38th epoch part way
+        "epochs_planned": 40,
+        "steps": 3_254,
+        "steps_per_epoch": 87,
+        "data": "the JPEG copy of CIFAR-10",
+        "train_images": 45_000,
+        "val_images": 5_000,
+        "test_order": "seeded",
+    }
+    make_run(ladder, "epochs200", setting=stopped)
+    make_run(ladder, "warmup", setting={"epochs": 100, "steps": 8_700})  # recorded before runs said what they are
+    build_report(ladder)
+
+    rows = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
+    assert {k: rows["patch8"][k] for k in SETTING_COLUMNS} == {
+        "epochs": "100",
+        "steps": "39100",
+        "data": "official CIFAR-10 pixels",
+        "train_images": "50000",
+        "test_images": "10000",
+        "analysed": "the official first 1,000",
+        "differs": "no",
+    }
+    top = rows["epochs200"]
+    assert (top["epochs"], top["steps"], top["train_images"]) == ("37.41 (the last one partial)", "3254", "45000")
+    assert top["analysed"] == "a seeded sample of 1,000"
+    assert top["differs"].split("; ") == [
+        "37.41 (the last one partial) of 200 epochs",
+        "the JPEG copy of CIFAR-10, not the official pixels",
+        "45,000 training images, not 50,000",
+        "attention over a seeded sample of 1,000 test images, not the official first 1,000",
+    ]
+    assert rows["warmup"]["data"] == "—" and "not recorded" in rows["warmup"]["differs"]
+
+    text = (ladder / "report.md").read_text()
+    table = text.split("## What each rung trained")[0]
+    # In words beside the reference figures, on the row of the rung they belong to.
+    (top_row,) = [line for line in table.splitlines() if line.startswith("| `epochs200` |")]
+    assert "92.9%" in top_row and "37.41 (the last one partial) of 200 epochs" in top_row
+    (first_row,) = [line for line in table.splitlines() if line.startswith("| `patch8` |")]
+    assert "| no |" in first_row
+    trained = text.split("## What each rung trained")[1].split("## Figures")[0]
+    top = "| `epochs200` | 37.41 (the last one partial) | 3,254 | the JPEG copy of CIFAR-10 | 45,000 | 10,000 |"
+    assert top in trained
+    assert "a seeded sample of 1,000 |" in trained and "| `patch8` | 100 | 39,100 | official CIFAR-10 pixels" in trained
+    assert "all 50,000" in trained  # the article's setting, spelt out
+
+
+def test_both_readings_of_the_distance_are_reported(tmp_path: Path) -> None:
+    ladder = tmp_path / "smoke"
+    make_run(ladder, "patch4", layer1=13.0)  # CLS dropped: 12.5 in layer 1
+    make_run(ladder, "patch8", layer1=15.0)
+    build_report(ladder)
+    rows = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
+    assert float(rows["patch4"]["layer1_distance_drop_px"]) == pytest.approx(12.5)
+    assert float(rows["patch4"]["uniform_distance_drop_px"]) == pytest.approx(16.546 * 64 / 65)  # 16.29
+    assert float(rows["patch8"]["uniform_distance_drop_px"]) == pytest.approx(16.064 * 16 / 17)
+    text = (ladder / "report.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| rung | adds |"))
+    assert "layer-1 mean attention distance (px)" in header
+    assert "layer-1 mean attention distance, CLS dropped (px)" in header
+    (row,) = [line for line in text.split("## What")[0].splitlines() if line.startswith("| `patch4` |")]
+    assert "| 13.0 | 14.0 (16.5) | 16.5 |" in row and "| 12.5 | 16.3 |" in row
+    assert "renormalised over the patch keys" in text and "common in published code" in text

@@ -154,19 +154,32 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
         "ladder",
         "seed",
         "epochs",
+        "epochs_planned",
+        "steps",
+        "steps_per_epoch",
+        "data",
+        "train_images",
+        "val_images",
+        "test_images",
+        "test_order",
         "test_acc",
         "test_loss",
         "val_acc",
         "seconds",
-        "steps",
         "layer1_distance_px",
         "uniform_distance_px",
         "layer1_entropy_nats",
         "uniform_entropy_nats",
+        "layer1_distance_drop_px",
+        "uniform_distance_drop_px",
         "analysis_images",
     }
     assert (summary["rung"], summary["ladder"], summary["seed"], summary["epochs"]) == ("patch8", "smoke", 1, 2)
-    assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8 and summary["steps"] > 0
+    assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8
+    # What it trained, counted over the interruptions: 2 epochs of 240 // 64 = 3 steps, on which images.
+    trained = {k: summary[k] for k in ("epochs_planned", "steps", "steps_per_epoch", "train_images", "val_images")}
+    assert trained == {"epochs_planned": 2, "steps": 6, "steps_per_epoch": 3, "train_images": 240, "val_images": 60}
+    assert (summary["data"], summary["test_images"], summary["test_order"]) == ("synthetic images", 40, "seeded")
     rows = list(csv.DictReader(paths.metrics_csv.open()))
     assert summary["val_acc"] == float([r for r in rows if r.get("val/acc")][-1]["val/acc"])  # the last epoch's
     test_row = [r for r in rows if r.get("test/acc")][-1]

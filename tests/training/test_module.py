@@ -66,6 +66,32 @@ def test_learning_rate_warms_up_then_decays_by_cosine(tiny_cfg, rung):
     assert lrs[-1] < 0.05 * peak
 
 
+class RecordStepLR(L.Callback):
+    """The learning rate of every optimizer step (not of every batch: accumulation steps once per few)."""
+
+    def __init__(self):
+        self.lrs = []
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        self.lrs.append(optimizer.param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize("accumulate", [1, 2, 4])
+def test_the_schedule_spans_the_optimizer_steps_that_train(tiny_cfg, accumulate):
+    # 1,000 training images in batches of 64: 15 whole batches an epoch, the partial 16th dropped. Accumulating
+    # 2 or 4 of them, Lightning steps on the last batch of an epoch too: 8 or 4 steps an epoch, not 7 or 3.
+    cfg = tiny_cfg("warmup", "profile.epoch_scale=0.02", "optim.warmup_epochs=50")  # 2 epochs, 1 of warmup
+    recorder = RecordStepLR()
+    steps = {"accumulate_grad_batches": accumulate, "limit_val_batches": 0}
+    trainer = fit(cfg, module_for(cfg), max_epochs=2, callbacks=[recorder], **steps)
+    per_epoch = -(-15 // accumulate)
+    lrs, optim = recorder.lrs, cfg.optim
+    assert trainer.global_step == len(lrs) == 2 * per_epoch
+    assert lrs[0] == pytest.approx(optim.warmup_start_lr)
+    assert max(lrs) == pytest.approx(optim.lr) and lrs.index(max(lrs)) == per_epoch, "the warmup ends after epoch 1"
+    assert lrs[-1] == pytest.approx(optim.min_lr) and lrs[-2] > 1.01 * optim.min_lr, "min_lr on the last step only"
+
+
 def test_nan_loss_stops_with_a_clear_message(tiny_cfg):
     cfg = tiny_cfg("patch8", "optim.lr=1e30")
     module = module_for(cfg)

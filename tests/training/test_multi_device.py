@@ -46,7 +46,10 @@ PROBE = textwrap.dedent(
 
     class Probe(L.Callback):
         def __init__(self):
-            self.record = {"epochs": [], "lams": []}
+            self.record = {"epochs": [], "lams": [], "lrs": []}
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            self.record["lrs"].append(optimizer.param_groups[0]["lr"])
 
         def on_train_start(self, trainer, module):
             mixup, draw = module.mixup, module.mixup._params_per_batch
@@ -79,6 +82,7 @@ PROBE = textwrap.dedent(
 
 # 2 smoke epochs of stochastic_depth (MixUp/CutMix, label smoothing, drop path). 97 validation images split unevenly
 # over 2 or 3 ranks (49/48, 33/32/32) into per-rank batches of 24 or 16: one rank has a batch more than another.
+# 383 training images make 7 global batches of 48 and a partial one, dropped; the warmup is round(0.1 x 7) = 1 step.
 NUM_TRAIN, VAL, TEST, BATCH = 480, 97, 200, 48
 OVERRIDES = [
     "profile=smoke",
@@ -137,6 +141,9 @@ def test_ddp_keeps_the_recipe_draws_per_rank_and_counts_every_image_once(repo_ro
         assert record["world_size"] == devices and record["global_step"] == 2 * steps_per_epoch
         assert all(e["batch"] == BATCH // devices and e["batches"] == steps_per_epoch for e in record["epochs"])
     assert len({tuple(r["epochs"][0]["labels"]) for r in records}) == devices, "each rank trains on its own shard"
+    for lrs in (record["lrs"] for record in records):  # the schedule spans the steps that train, on every rank
+        assert len(lrs) == 2 * steps_per_epoch and lrs[0] == pytest.approx(1e-6) and max(lrs) == lrs[1]
+        assert lrs[-1] == pytest.approx(1e-5) and lrs[-2] > 1.01e-5, "warmup_start_lr, 1 step up, min_lr at the end"
 
     # Each rank's MixUp/CutMix and drop-path streams: its own, and a pure function of (seed, rank, epoch),
     # so a run resumed at an epoch boundary draws the same (no RNG state in the checkpoint).

@@ -193,11 +193,12 @@ def test_weight_decay_skips_biases_norms_cls_token_and_position_embeddings(tiny_
 
 
 def expected_lr(step: int, peak: float, floor: float, start: float, warmup: int, total: int) -> float:
-    """Linear warmup from `start` to `peak` over `warmup` steps, then a cosine from `peak` to `floor`."""
+    """Linear warmup from `start` to `peak` over `warmup` steps, then a cosine from `peak` to `floor`, which the
+    last of the `total` steps (step total - 1) trains at."""
     if step < warmup:
         return start + step * (peak - start) / warmup
-    t = min(step - warmup, total - warmup)
-    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * t / (total - warmup)))
+    t = min(step - warmup, total - 1 - warmup)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * t / (total - 1 - warmup)))
 
 
 @pytest.mark.parametrize("warmup_epochs, warmup_steps", [(0.0, 0), (1.5, 15), (0.25, 2)])
@@ -233,14 +234,14 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
         (10, 0.5, 1, 5),
         (10, 3, 1, 3),
         (10, 30, 1, 10),
-        (10, 1.0, 3, 3),
+        (10, 1.0, 3, 4),  # 3 + 3 + 3 + 1: Lightning steps on the epoch's last batch
         (2, 1.0, 4, 1),
     ],
 )
 def test_steps_per_epoch_follow_the_trainers_limits(batches, limit, accumulate, steps) -> None:
     module = module_for(compose_rung("patch8", ["profile=smoke", "model.depth=1"]))
     attach_trainer(module, batches=batches, limit=limit, accumulate=accumulate)
-    assert module._steps_per_epoch() == steps
+    assert module.optimizer_steps_per_epoch() == steps
 
 
 def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tiny_cfg) -> None:

@@ -24,14 +24,18 @@ from vitladder.errors import CheckpointError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import MODEL_FORMAT, RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
-from vitladder.training.results import final_val_acc, rung_summary, write_results
+from vitladder.training.results import epochs_trained, final_val_acc, rung_summary, write_results
 
 CFG = OmegaConf.create({"rung": "warmup", "ladder": "smoke", "seed": 3})
 
 
 def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None) -> SimpleNamespace:
+    """``steps`` optimizer steps of ``steps / epochs`` a whole epoch, of 5 planned epochs."""
     metrics = {} if val_acc is None else {"val/acc": torch.tensor(val_acc)}
-    return SimpleNamespace(current_epoch=epochs, global_step=steps, callback_metrics=metrics)
+    module = SimpleNamespace(optimizer_steps_per_epoch=lambda: steps // epochs)
+    return SimpleNamespace(
+        current_epoch=epochs, max_epochs=5, global_step=steps, callback_metrics=metrics, lightning_module=module
+    )
 
 
 def three_layer_summary() -> AttentionSummary:
@@ -41,22 +45,27 @@ def three_layer_summary() -> AttentionSummary:
             "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
             "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
             "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
+            "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
         }
     )
-    uniform = {"distance_px": 11.5, "entropy_nats": 4.1}
+    uniform = {"distance_px": 11.5, "entropy_nats": 4.1, "distance_drop_px": 10.8}
     return AttentionSummary(heads=heads, patch_px=8, grid=4, num_images=16, uniform=uniform)
 
 
 def test_the_summary_holds_the_runs_identity_length_accuracies_and_time(monkeypatch):
     monkeypatch.setattr(results_module, "time", SimpleNamespace(time=lambda: 112.34))
     test_metrics = {"test/acc": torch.tensor(0.625), "test/loss": torch.tensor(1.5)}
-    summary = rung_summary(CFG, fake_trainer(epochs=4, steps=120), 0.75, test_metrics, None, started=100.0)
+    data = {"data": "synthetic images", "train_images": 3500, "val_images": 500, "test_images": 500, "test_order": "x"}
+    summary = rung_summary(CFG, fake_trainer(epochs=4, steps=120), 0.75, test_metrics, None, 100.0, data)
     assert summary == {
         "rung": "warmup",
         "ladder": "smoke",
         "seed": 3,
         "epochs": 4,
+        "epochs_planned": 5,
         "steps": 120,
+        "steps_per_epoch": 30,
+        **data,
         "test_acc": 0.625,
         "test_loss": 1.5,
         "val_acc": 0.75,
@@ -66,12 +75,21 @@ def test_the_summary_holds_the_runs_identity_length_accuracies_and_time(monkeypa
     json.dumps(summary)  # tensors would not serialise
 
 
+def test_a_partial_last_epoch_counts_as_the_fraction_of_its_steps_trained():
+    trainer = fake_trainer(epochs=4, steps=120)  # 30 steps an epoch
+    trainer.global_step = 100  # trainer.max_time stopped the 4th epoch after 10 of its 30 steps
+    summary = rung_summary(CFG, trainer, None, {"test/acc": 0.5, "test/loss": 2.0}, None, started=0.0)
+    assert (summary["epochs"], summary["steps"], summary["epochs_planned"]) == (3.33, 100, 5)
+    assert epochs_trained(90, 30) == 3 and type(epochs_trained(90, 30)) is int and epochs_trained(1, 3) == 0.33
+
+
 def test_the_summary_adds_layer_one_of_the_analysis():
     test_metrics = {"test/acc": 0.5, "test/loss": 2.0}
     summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, three_layer_summary(), started=0.0)
     assert summary["layer1_distance_px"] == pytest.approx(3.0)  # layer 1's head mean
     assert summary["layer1_entropy_nats"] == pytest.approx(1.5)
     assert (summary["uniform_distance_px"], summary["uniform_entropy_nats"]) == (11.5, 4.1)
+    assert (summary["layer1_distance_drop_px"], summary["uniform_distance_drop_px"]) == (pytest.approx(2.7), 10.8)
     assert summary["analysis_images"] == 16
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 from vitladder.config import compose_rung, scaled_epochs
 from vitladder.data import sources
 from vitladder.data.sources import synthetic
-from vitladder.data.stats import channel_stats
+from vitladder.data.stats import ChannelStats, channel_stats
 from vitladder.devtools import estimate
 from vitladder.devtools.estimate import estimate_ladder
 from vitladder.errors import UserError
@@ -118,3 +118,23 @@ def test_a_patch_size_that_does_not_divide_the_images_is_one_line_before_anythin
         "choose a divisor of 36, e.g. model.patch_size=4"
     )
     assert not Path(cfg.run_dir).exists()
+
+
+def test_val_size_0_trains_on_every_training_image_and_tracks_a_fixed_sample_of_them(tiny_cfg) -> None:
+    from run_helpers import run_splits, saved_model
+
+    from vitladder.analysis.outputs import read_csv
+    from vitladder.analysis.summary import analyse
+
+    cfg = tiny_cfg("patch4", "model.depth=2", "profile.epoch_scale=0.02", "data.val_size=0")  # 2 epochs
+    summary = train_rung(cfg)
+    paths = RunPaths(Path(cfg.run_dir))
+    assert summary["val_acc"] is None and summary["steps"] == 2 * (1200 // 64)  # all 1,200 images, no validation
+    assert not any(row.get("val/acc") or row.get("val/loss") for row in read_csv(paths.metrics_csv))
+    # Tracking measured the first training images of the seeded split, as they are (no augmentation).
+    train, val, _ = run_splits(paths.root)
+    assert len(val.labels) == 0 and len(train.labels) == 1200
+    stats = ChannelStats.from_dict(torch.load(paths.model, weights_only=True)["normalization"])
+    measured = analyse(saved_model(paths.root), train.images[:32], 32, 4, example_index=None, stats=stats)
+    tracked = [float(r["distance_px"]) for r in read_csv(paths.analysis / "tracking.csv") if r["epoch"] == "2"]
+    assert tracked == pytest.approx(measured.layers["distance_px"].tolist(), abs=1e-4)

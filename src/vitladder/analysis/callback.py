@@ -2,9 +2,9 @@
 
 - During training (every ``track_every_n_epochs`` epochs, and once at initialisation): the per-layer
   values of the metrics shown in figures (``metrics.declared("figures")``: distance and entropy) over the
-  first ``track_images`` validation images, logged as ``track/layer{l}/<name>`` against ``epoch`` (epochs
-  trained, 0 = initialisation) and kept as a history that travels in the checkpoint, so a resumed
-  run keeps it.
+  first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
+  ``track/layer{l}/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history
+  that travels in the checkpoint, so a resumed run keeps it.
 - After training, on the training device: the full analysis of the final model over the first ``num_images`` test
   images, written to ``out_dir`` (CSVs + PNGs, see ``outputs.write_analysis``) and logged to
   W&B (run summary, tables, charts: ``wandb_log.log_analysis``) when a ``WandbLogger`` is among the
@@ -28,7 +28,7 @@ from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import tracking_row, write_analysis
 from vitladder.analysis.summary import AttentionSummary, analyse
 from vitladder.analysis.wandb_log import log_analysis
-from vitladder.data.datamodule import ImageDataModule
+from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.training.axes import EPOCH
 
 __all__ = ["AttentionAnalysis", "track_key"]
@@ -107,9 +107,14 @@ class AttentionAnalysis(L.Callback):
     def _tracking(self) -> bool:
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
+    def tracking_split(self) -> Split:
+        """The validation images; with no validation split (data.val_size=0), the training images, whose first
+        ones are a fixed seeded sample (split_train_val_test) seen without augmentation."""
+        return self.data.val if len(self.data.val.labels) else self.data.train
+
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
         """Measures the tracking batch, keeps the rows in the history; returns {track key: value}."""
-        images = self.data.val.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
+        images = self.tracking_split().images[: self.track_images]  # (n, 3, H, W) uint8 on the device
         summary = analyse(
             _network(pl_module), images, self.batch_size, self.patch_px, example_index=None, stats=self.data.stats
         )

@@ -42,6 +42,7 @@ __all__ = [
     "patch_centers",
     "patch_distances",
     "uniform_distance",
+    "uniform_distance_drop",
     "uniform_entropy",
 ]
 
@@ -148,6 +149,13 @@ def uniform_distance(grid: int, patch_px: float) -> float:
     return patch_distances(grid, patch_px).double().mean().item()
 
 
+def uniform_distance_drop(grid: int, patch_px: float) -> float:
+    """The CLS-dropped distance of uniform attention over the ``1 + N`` tokens: the patch keys hold ``N / (N + 1)``
+    of it, so ``uniform_distance * N / (N + 1)`` (16.29 px for 8x8 patches of 4 px, 15.1 px for 4x4 of 8 px)."""
+    n = grid * grid
+    return uniform_distance(grid, patch_px) * n / (n + 1)
+
+
 def uniform_entropy(num_tokens: int) -> float:
     """Entropy of uniform attention over ``num_tokens`` keys: ``ln T`` (nats)."""
     return math.log(num_tokens)
@@ -155,8 +163,8 @@ def uniform_entropy(num_tokens: int) -> float:
 
 # --- the per-head metrics, declared once -------------------------------------------------------
 
-Shown = Literal["csv", "wandb", "figures"]
-SHOWN = ("csv", "wandb", "figures")  # each level adds to the one before it
+Shown = Literal["csv", "wandb", "report", "figures"]
+SHOWN = ("csv", "wandb", "report", "figures")  # each level adds to the one before it
 
 
 @dataclass(frozen=True)
@@ -167,8 +175,10 @@ class HeadMetric:
     ``"csv"``: heads.csv and layers.csv (a variant kept for comparison);
     ``"wandb"``: also the rung's W&B run (per-layer summary scalars, a by-layer chart) and the report
     run's layers table;
+    ``"report"``: also layer 1 in done.json and a layer-1 column (with its uniform value) of the ladder
+    report: report.md, ladder.csv and the W&B report run's ladder table;
     ``"figures"``: also tracked during training (tracking.csv, ``track/`` keys, locality.png), a per-head
-    figure ``<short>.png`` per run, a layer-1 column of the ladder report and ``<short>_by_layer.png``.
+    figure ``<short>.png`` per run and ``<short>_by_layer.png``.
     """
 
     name: str  # CSV column, W&B key and table column, with its unit: "distance_px"
@@ -215,7 +225,7 @@ METRICS: tuple[HeadMetric, ...] = (
         uniform=lambda grid, px: uniform_entropy(1 + grid * grid),
     ),
     HeadMetric("cls_share", lambda attn, px: cls_share(attn), "CLS share", "", "cls_share", digits=3, shown="wandb"),
-    # The convention of published code (CLS dropped, not renormalised), for comparison only.
+    # The other reading of the article's distance, common in published code: CLS dropped, not renormalised.
     HeadMetric(
         "distance_drop_px",
         lambda attn, px: mean_attention_distance(attn, px, "drop"),
@@ -223,6 +233,7 @@ METRICS: tuple[HeadMetric, ...] = (
         "px",
         "distance_drop",
         digits=1,
-        shown="csv",
+        shown="report",
+        uniform=lambda grid, px: uniform_distance_drop(grid, px),
     ),
 )

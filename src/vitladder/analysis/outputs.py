@@ -135,11 +135,11 @@ def read_tracking(out_dir: str | Path) -> list[dict]:
 
 def analysis_summary_for_done(summary: AttentionSummary) -> dict:
     """Headline numbers for done.json (named like the columns of the ladder's ladder.csv): layer 1 of each
-    metric shown in figures, and its uniform value."""
+    metric shown in the ladder report, and its uniform value."""
     layers = summary.layers
     layer = headline_layer(summary.num_layers)
     headline: dict = {}
-    for metric in declared("figures"):
+    for metric in declared("report"):
         headline[f"layer1_{metric.name}"] = _num(layers[metric.name][layer])
         if metric.name in summary.uniform:
             headline[f"uniform_{metric.name}"] = _num(summary.uniform[metric.name])

@@ -41,10 +41,10 @@ class Split:
 def split_train_val_test(
     splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
 ) -> tuple[Split, Split, Split]:
-    """Holds out a seeded validation set from train. The test set keeps its official order when the
-    source has one (CIFAR-10: "the first N test images" are the published ones); otherwise it is
-    shuffled once (seeded), so that the first N are a fixed sample of every class even where files
-    come grouped by class."""
+    """Holds out a seeded validation set from train (``val_size`` 0: none, every image trains). The test
+    set keeps its official order when the source has one (CIFAR-10: "the first N test images" are the
+    published ones); otherwise it is shuffled once (seeded), so that the first N are a fixed sample of every
+    class even where files come grouped by class."""
     generator = torch.Generator().manual_seed(split_seed)
     order = torch.randperm(len(splits.train_labels), generator=generator)
     if val_size >= len(order):
@@ -74,7 +74,8 @@ class ImageDataModule(L.LightningDataModule):
 
     Batches come from `DeviceBatches` (crop, flip and normalisation as batched tensor ops), so no
     DataLoader workers are needed and the GPU never waits on Python for data. After `setup`: `classes`,
-    `num_classes`, `image_size`, `stats` (the source's, else the training split's) and `steps_per_epoch`.
+    `num_classes`, `image_size`, `stats` (the source's, else the training split's), `steps_per_epoch` and
+    `facts()`.
     """
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
@@ -84,6 +85,7 @@ class ImageDataModule(L.LightningDataModule):
         self.classes: tuple[str, ...] = ()
         self.image_size = 0
         self.stats: ChannelStats | None = None
+        self.origin, self.official_test_order = sources.OTHER, False
         self.train: Split | None = None
         self.val: Split | None = None
         self.test: Split | None = None
@@ -127,6 +129,18 @@ class ImageDataModule(L.LightningDataModule):
         self.classes, self.image_size = splits.classes, splits.image_size
         self.stats = splits.stats or channel_stats(train.images)  # the images that train
         self.train, self.val, self.test = train, val, test
+        self.origin, self.official_test_order = splits.origin, splits.official_test_order
+
+    def facts(self) -> dict:
+        """What the run's data are, for done.json and every report: the pixels (sources.ImageSplits.origin), the
+        images of each split, and whether the test images are in the official order or a seeded sample."""
+        return {
+            "data": self.origin,
+            "train_images": len(self.train.labels),
+            "val_images": len(self.val.labels),
+            "test_images": len(self.test.labels),
+            "test_order": "official" if self.official_test_order else "seeded",
+        }
 
     def _rank(self) -> tuple[int, int]:
         if self.trainer is None:

@@ -95,9 +95,10 @@ def settings_for(width: str, device: str) -> BenchSettings:
     """Defaults sized so that a CPU run of both widths takes a few minutes (full width: ~20 images/s)."""
     if width not in WIDTHS:
         raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got '{width}'")
-    if device == "cuda":
+    if device == "cuda":  # the batch a GPU run trains with: the full profile's (conf/config.yaml)
+        batch_size = int(compose_rung("patch4", []).data.batch_size)
         return BenchSettings(
-            width, WIDTHS[width], device, batch_size=512, warmup=10, steps=40, rounds=5, analysis_rounds=5
+            width, WIDTHS[width], device, batch_size=batch_size, warmup=10, steps=40, rounds=5, analysis_rounds=5
         )
     if width == "tiny":
         return BenchSettings(

@@ -1,6 +1,6 @@
 """One prepared check of a GPU machine, within a budget of seconds, with the project's own code throughout:
 
-1. **benchmark**: the top rung's training step at its batch (512) and precision (bf16-mixed on CUDA), eager and
+1. **benchmark**: the top rung's training step at its batch (128) and precision (bf16-mixed on CUDA), eager and
    ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes; then the host syncs per
    training and evaluation step and one ``last.ckpt`` written and fsynced (``benchmark.time_loop_costs``);
 2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed and
@@ -36,6 +36,7 @@ from vitladder.devtools.benchmark import BenchSettings, time_loop_costs, time_pr
 from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
 from vitladder.report.ladder_report import build_report
+from vitladder.report.setting import analysed, differences, epochs_text
 from vitladder.run_folder import RunPaths
 from vitladder.training.checkpoint_io import saves_in
 from vitladder.training.run import train_rung
@@ -309,7 +310,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         "epochs_of_recipe": full_epochs,
         "max_time": max_time(train_s),
         "steps_planned": epochs * (num_train // int(base.data.batch_size)),
-        "data": options.data,
+        "source": options.data,
         "train_images": num_train,
         "val_images": num_val,
     }
@@ -332,30 +333,38 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         save()
         raise
     clock.phase("train_test_analyse", since)
-    result["train"].update(epochs_trained=int(summary["epochs"]), steps_trained=summary["steps"])
+    result["train"].update(
+        epochs_trained=summary["epochs"],  # a fraction when max_time stopped the last epoch part way
+        steps_trained=summary["steps"],
+        steps_planned=epochs * summary["steps_per_epoch"],
+        warmup_epochs=scaled_epochs(cfg)[1],  # shortened with the schedule
+        warmup_epochs_of_recipe=scaled_epochs(base)[1],
+        data=summary["data"],
+        test_images=summary["test_images"],
+    )
     reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
+    shown = ("distance_px", "distance_drop_px", "entropy_nats")
     result.update(
         test_acc=summary["test_acc"],
         val_acc=summary["val_acc"],
         analysis={
             "images": summary.get("analysis_images"),
+            "analysed": analysed(summary),
             "layers": [
-                {
-                    "layer": int(r["layer"]),
-                    "distance_px": float(r["distance_px"]),
-                    "entropy_nats": float(r["entropy_nats"]),
-                }
-                for r in read_csv(paths.layers_csv)
+                {"layer": int(r["layer"]), **{key: float(r[key]) for key in shown}} for r in read_csv(paths.layers_csv)
             ],
             "layer1_distance_px": summary.get("layer1_distance_px"),
             "uniform_distance_px": summary.get("uniform_distance_px"),
             "layer1_entropy_nats": summary.get("layer1_entropy_nats"),
+            "layer1_distance_drop_px": summary.get("layer1_distance_drop_px"),
+            "uniform_distance_drop_px": summary.get("uniform_distance_drop_px"),
         },
         reference={
             "test_acc": reference["test_acc"],
-            "epochs": int(base.optim.epochs),
+            "epochs": reference["epochs"],
             "layer1_distance_px": reference["layer1_distance_px"],
         },
+        differs=differences(summary, reference["epochs"]),  # from the article's setting, in words
     )
     save()
 
@@ -416,16 +425,22 @@ def markdown(r: dict, report_name: str) -> str:
         f"(an epoch end once {c['min_interval_s']:g} s have passed, and the last) {c['saves_planned']} saves, "
         f"{c['share_of_training_planned']:.1%} of the training planned.",
         "",
-        f"`{t['rung']}` on {t['train_images']:,} training images ({t['data']}): {t['epochs_trained']} of "
-        f"{t['epochs_of_recipe']} epochs ({t['steps_trained']:,} of {t['steps_planned']:,} planned steps, "
-        f"{t['setting']}): test accuracy **{r['test_acc']:.1%}** "
-        f"(reference, {r['reference']['epochs']} epochs: {r['reference']['test_acc']:.1%}), layer-1 distance "
-        f"**{a['layer1_distance_px']:.1f} px** over {a['images']} test images (reference "
-        f"{r['reference']['layer1_distance_px']} px, uniform {a['uniform_distance_px']:.1f} px).",
+        f"`{t['rung']}` trained {epochs_text({'epochs': t['epochs_trained']})} of the {t['epochs_planned']} epochs "
+        f"that fit the budget ({t['steps_trained']:,} of {t['steps_planned']:,} optimizer steps, {t['setting']}; "
+        f"{schedule(t)}) on {t['train_images']:,} training images of {t['data']} (`{t['source']}`): "
+        f"test accuracy **{r['test_acc']:.1%}** over "
+        f"{t['test_images']:,} test images; layer-1 distance **{a['layer1_distance_px']:.1f} px** (uniform "
+        f"{a['uniform_distance_px']:.1f} px; CLS dropped: {a['layer1_distance_drop_px']:.1f} px, uniform "
+        f"{a['uniform_distance_drop_px']:.2f} px) over {a['analysed']} test images.",
         "",
-        "| layer | distance (px) | entropy (nats) |",
-        "|---|---|---|",
-        *(f"| {row['layer']} | {row['distance_px']:.2f} | {row['entropy_nats']:.3f} |" for row in a["layers"]),
+        comparison(r),
+        "",
+        "| layer | distance (px) | distance, CLS dropped (px) | entropy (nats) |",
+        "|---|---|---|---|",
+        *(
+            f"| {row['layer']} | {row['distance_px']:.2f} | {row['distance_drop_px']:.2f} | {row['entropy_nats']:.3f} |"
+            for row in a["layers"]
+        ),
         "",
         "![distance per layer](distance_by_layer.png)",
         "",
@@ -434,3 +449,27 @@ def markdown(r: dict, report_name: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def schedule(t: dict) -> str:
+    """The learning-rate schedule the check trained: the recipe's, or shortened to fit the budget."""
+    if t["epochs_planned"] == t["epochs_of_recipe"]:
+        return "the recipe's whole schedule"
+    return (
+        f"the recipe's {t['epochs_of_recipe']}-epoch schedule shortened to fit, warmup included: "
+        f"{t['warmup_epochs']:g} warmup epochs, not {t['warmup_epochs_of_recipe']:g}"
+    )
+
+
+def comparison(r: dict) -> str:
+    """Whether the check's run can be read beside the article's figures, and if not, why."""
+    ref, t = r["reference"], r["train"]
+    figures = f"{ref['test_acc']:.1%} and {ref['layer1_distance_px']} px after {ref['epochs']} epochs"
+    differs = [*r["differs"], *(["a shortened schedule"] if t["epochs_planned"] < t["epochs_of_recipe"] else [])]
+    if not differs:
+        return f"The article's setting: its figures, {figures}, compare directly."
+    return (
+        f"**Not the article's setting, so not comparable with its figures** ({figures}): "
+        + "; ".join(differs)
+        + ". This check measures the machine; the ladder (`make ladder`) is what reproduces the article."
+    )

@@ -22,6 +22,7 @@ from vitladder.atomic import write_text
 from vitladder.config import get_rung, rung_names
 from vitladder.config_schema import ReferenceFigures
 from vitladder.errors import UserError
+from vitladder.report.setting import ARTICLE, SETTING_COLUMNS, setting_row
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
 __all__ = [
@@ -44,11 +45,11 @@ def has_reference(metric: HeadMetric) -> bool:
 
 
 def ladder_columns() -> tuple[str, ...]:
-    """ladder.csv: rung, test_acc, then layer 1 of each metric shown in figures (done.json's names), with its
-    uniform value beside it where the article has figures to compare."""
+    """ladder.csv's numbers: rung, test_acc, then layer 1 of each metric shown in the report (done.json's names),
+    with its uniform value beside it where it declares one. The CSV then adds setting.SETTING_COLUMNS."""
     columns = ["rung", "test_acc"]
-    for metric in declared("figures"):
-        columns += [f"layer1_{metric.name}"] + ([f"uniform_{metric.name}"] if has_reference(metric) else [])
+    for metric in declared("report"):
+        columns += [f"layer1_{metric.name}"] + ([f"uniform_{metric.name}"] if metric.uniform else [])
     return tuple(columns)
 
 
@@ -147,6 +148,10 @@ class RungResult:
                 out.append(float(value))
         return out
 
+    def setting(self, number: str = "{:,}") -> dict[str, str]:
+        """What its runs trained, on which images, and where that differs from the article (setting.SETTING_COLUMNS)."""
+        return setting_row([run.done for run in self.runs], get_rung(self.rung).reference.get("epochs"), number)
+
     def by_layer(self, key: str) -> list[float]:
         """The per-layer mean over seeds of a layers.csv column (empty when not analysed, or written before the
         column's metric was declared)."""
@@ -191,7 +196,7 @@ def collect(ladder_dir: str | Path) -> list[RungResult]:
 def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
     rows = []
     for result in results:
-        row: dict = {"rung": result.rung}
+        row: dict = {"rung": result.rung, **result.setting(number="{}")}
         for key in ladder_columns()[1:]:
             values = result.values(key)
             mean, half = mean_ci(values) if values else (None, None)
@@ -222,15 +227,13 @@ def _setup_line(results: list[RungResult]) -> str:
             profile = cfg.get("profile", {}).get("name", "?")
             source = data.get("source", "?") + (f" ({data['root']})" if data.get("source") == "imagefolder" else "")
             subsets = ", ".join(f"{k}={data[k]}" for k in ("train_subset", "test_subset") if data.get(k))
-            images = run.done.get("analysis_images") or cfg.get("analysis", {}).get("num_images", "?")
-            seen.add(
-                f"profile `{profile}`, data `{source}`"
-                + (f" ({subsets})" if subsets else "")
-                + f", attention over the first {images} test images"
-            )
+            seen.add(f"profile `{profile}`, data `{source}`" + (f" ({subsets})" if subsets else ""))
     line = "Setup: " + ("; ".join(sorted(seen)) if seen else "unknown (no config.yaml in the run folders)") + "."
-    if any("profile `full`" not in s or "synthetic" in s for s in seen):
-        line += " Not the full GPU recipe on CIFAR-10: compare the shape of the numbers, not their values."
+    if any(r.setting()["differs"] != "no" for r in results):
+        line += (
+            " Not the article's setting (the column *not as in the article* says how): compare the shape of the"
+            " numbers, not their values."
+        )
     return line
 
 
@@ -239,23 +242,25 @@ def _unit(metric: HeadMetric) -> str:
 
 
 def _metric_header() -> list[str]:
-    """The table's columns for each metric shown in figures: layer 1, and the reference and uniform value where
-    the article has figures."""
+    """The table's columns for each metric shown in the report: layer 1, the reference where the article has
+    figures, and the uniform value where the metric declares one."""
     header = []
-    for metric in declared("figures"):
-        header.append(f"layer-1 {metric.short}{_unit(metric)}")
-        header += ["ref.", f"uniform{_unit(metric)}"] if has_reference(metric) else []
+    for metric in declared("report"):
+        header.append(f"layer-1 {metric.label}{_unit(metric)}")
+        header += ["ref."] if has_reference(metric) else []
+        header += [f"uniform{_unit(metric)}"] if metric.uniform else []
     return header
 
 
 def _metric_cells(result: RungResult | None, ref: dict) -> list[str]:
     """A rung's cells under _metric_header(): mean (± CI) over its seeds, ``—`` when not finished."""
     cells = []
-    for metric in declared("figures"):
+    for metric in declared("report"):
         layer1, uniform = f"layer1_{metric.name}", f"uniform_{metric.name}"
         cells.append(_fmt(result.values(layer1), digits=metric.digits) if result else "—")
         if has_reference(metric):
             cells.append(f"{ref[layer1]} ({ref[uniform]})" if layer1 in ref else "—")
+        if metric.uniform:
             cells.append(_fmt(result.values(uniform), digits=metric.digits, ci=False) if result else "—")
     return cells
 
@@ -263,7 +268,7 @@ def _metric_cells(result: RungResult | None, ref: dict) -> list[str]:
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
     several = any(len(r.runs) > 1 for r in results)
-    header = ["rung", "adds", "test acc.", "ref.", *_metric_header(), "seeds", "figures"]
+    header = ["rung", "adds", "test acc.", "ref.", *_metric_header(), "not as in the article", "seeds", "figures"]
     lines = [
         f"# Ladder report: `{ladder_dir.name}`",
         "",
@@ -283,21 +288,36 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
             lines.append(
                 f"| `{rung}` | {info.description} | — | {ref_acc} | "
                 + " | ".join(_metric_cells(None, ref))
-                + " | 0 | not finished |"
+                + " | — | 0 | not finished |"
             )
             continue
         links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
         lines.append(
             f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
             + " | ".join(_metric_cells(result, ref))
-            + f" | {len(result.runs)} | {links} |"
+            + f" | {result.setting()['differs'] if ref else '—'} | {len(result.runs)} | {links} |"
         )
+    row = "| `{rung}` | {epochs} | {steps} | {data} | {train_images} | {test_images} | {analysed} |"
+    trained = [row.format(rung=r.rung, **r.setting()) for r in results]
     per_layer = [line for m in declared("figures") for line in (f"![{m.short} per layer]({m.short}_by_layer.png)", "")]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
     lines += [
         "",
-        "Layer 1 is the second of layers 0–6. Reference uniform distance in brackets; entropy of "
-        "uniform attention is ln 65 = 4.17 nats (patch 4) or ln 17 = 2.83 nats (patch 8).",
+        "Layer 1 is the second of layers 0–6; reference uniform distance in brackets. The article's wording fits "
+        "two readings of the mean attention distance, so both are here. *Mean attention distance* is this "
+        "project's: each patch query's attention renormalised over the patch keys, so that attention parked on "
+        "the CLS token does not count as local (uniform: 16.5 px for 8×8 patches of 4 px, the value the article "
+        "quotes; 16.1 px for 4×4 of 8 px). *CLS dropped* is the convention common in published code: the CLS "
+        "key's weight left out without renormalising, which reads lower by each query's CLS share "
+        "(uniform: 16.29 px and 15.1 px).",
+        "",
+        "## What each rung trained",
+        "",
+        ARTICLE,
+        "",
+        "| rung | epochs | optimizer steps | data | training images | test images (accuracy) | attention over |",
+        "|---|---|---|---|---|---|---|",
+        *trained,
         "",
         "## Figures",
         "",
@@ -332,7 +352,7 @@ def build_report(ladder_dir: str | Path) -> Path:
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     several = any(len(r.runs) > 1 for r in results)
-    columns = ladder_columns() + (ci_columns() if several else ())
+    columns = ladder_columns() + SETTING_COLUMNS + (ci_columns() if several else ())
     write_csv(ladder_dir / "ladder.csv", columns, _csv_rows(results, several))
     for metric in declared("figures"):  # <short>_by_layer.png: one line per rung, the uniform values dashed
         series = {r.rung: r.by_layer(metric.name) for r in results if r.by_layer(metric.name)}

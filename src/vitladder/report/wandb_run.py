@@ -18,6 +18,7 @@ from vitladder.config import get_rung, rung_index, rung_names
 from vitladder.config_schema import ReferenceFigures
 from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci
 from vitladder.report.ladder_report import ladder_columns as csv_columns
+from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.run_folder import RunPaths
 from vitladder.training.wandb_run import wandb_failure_warns
 
@@ -84,6 +85,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     referenced = {f.name for f in fields(ReferenceFigures)}
     for key in stats:
         ladder_columns += [key, f"{key}_ci95"] + ([f"ref_{key}"] if key in referenced else [])
+    ladder_columns += [*SETTING_COLUMNS, "ref_epochs"]  # what the rung trained, where it is not the article's
     ladder = []
     for rung in rung_names():
         result, info = by_rung.get(rung), get_rung(rung)
@@ -97,9 +99,10 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
         for key in stats:
             row += list(_mean(result.values(key))) if result else [None, None]
             row += [info.reference.get(key)] if key in referenced else []
-        ladder.append(row)
+        setting = result.setting(number="{}") if result else dict.fromkeys(SETTING_COLUMNS)
+        ladder.append([*row, *setting.values(), info.reference.get("epochs")])
 
-    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *csv_columns()[2:]]
+    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *csv_columns()[2:], *SETTING_COLUMNS]
     runs = [
         [
             r.rung,
@@ -107,13 +110,12 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
             run.seed,
             run.done.get("test_acc"),
             run.done.get("val_acc"),
-            *(
-                RungResult(r.rung, [run]).values(key)[0] if RungResult(r.rung, [run]).values(key) else None
-                for key in csv_columns()[2:]
-            ),
+            *(one.values(key)[0] if one.values(key) else None for key in csv_columns()[2:]),
+            *one.setting(number="{}").values(),
         ]
         for r in results
         for run in r.runs
+        for one in [RungResult(r.rung, [run])]
     ]
 
     shown = [m.name for m in declared("wandb")]

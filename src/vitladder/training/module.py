@@ -210,12 +210,13 @@ class RecipeModule(L.LightningModule):
             betas=tuple(optim["betas"]),
             **({"fused": True} if self.hparams.fused_adamw else {}),
         )
-        steps_per_epoch = self._steps_per_epoch()
+        steps_per_epoch = self.optimizer_steps_per_epoch()
         total_steps = steps_per_epoch * self.hparams.max_epochs
         warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
         scheduler = CosineLRScheduler(
             optimizer,
-            t_initial=total_steps - warmup_steps,
+            # Step k trains at the schedule's value for k (0-based): the cosine reaches min_lr on the last step.
+            t_initial=max(1, total_steps - warmup_steps - 1),
             lr_min=optim["min_lr"],
             warmup_t=warmup_steps,
             warmup_lr_init=optim["warmup_start_lr"],
@@ -224,13 +225,15 @@ class RecipeModule(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    def _steps_per_epoch(self) -> int:
+    def optimizer_steps_per_epoch(self) -> int:
+        """Optimizer steps in one whole epoch: what the schedule is sized by, and what done.json counts epochs in."""
         # Given by the data, not trainer.estimated_stepping_batches: that starts iterating the training data
         # before a checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
         batches = int(self.hparams.steps_per_epoch)
         limit = self.trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
-        return max(1, batches // self.trainer.accumulate_grad_batches)
+        # Lightning also steps on an epoch's last batch when it ends an accumulation early: round up.
+        return max(1, -(-batches // self.trainer.accumulate_grad_batches))
 
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
         # timm schedulers are driven by the update count, not by epochs.

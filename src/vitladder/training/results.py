@@ -36,30 +36,46 @@ def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], 
     )
 
 
-def final_val_acc(trainer: L.Trainer, paths: RunPaths) -> float:
-    """The last validation accuracy; a run resumed after its last epoch validated nothing this time, so
-    its value is the one metrics.csv logged before the interruption."""
+def final_val_acc(trainer: L.Trainer, paths: RunPaths, validated: bool = True) -> float | None:
+    """The last validation accuracy (None without a validation split: ``validated`` False); a run resumed
+    after its last epoch validated nothing this time, so its value is the one metrics.csv logged before the
+    interruption."""
+    if not validated:
+        return None
     val_acc = trainer.callback_metrics.get("val/acc")
     if val_acc is None:
         val_acc = last_logged(paths.metrics_csv, "val/acc")
     return float(val_acc)
 
 
+def epochs_trained(steps: int, steps_per_epoch: int) -> int | float:
+    """Epochs trained, counted in optimizer steps: a whole number, or a fraction when trainer.max_time stopped the
+    last epoch part way (Lightning counts that epoch as finished)."""
+    whole, rest = divmod(steps, steps_per_epoch)
+    return whole if rest == 0 else round(steps / steps_per_epoch, 2)
+
+
 def rung_summary(
     cfg: DictConfig,
     trainer: L.Trainer,
-    val_acc: float,
+    val_acc: float | None,
     test_metrics: dict,
     analysis: AttentionSummary | None,
     started: float,
+    data: dict | None = None,
 ) -> dict:
-    """done.json's content: the rung's identity, its training length, accuracies and headline attention numbers."""
+    """done.json's content: the rung's identity, what it trained (epochs and optimizer steps, planned and done,
+    and ``data``: ImageDataModule.facts()), accuracies and headline attention numbers."""
+    steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
     summary = {
         "rung": cfg.rung,
         "ladder": cfg.ladder,
         "seed": int(cfg.seed),
-        "epochs": trainer.current_epoch,
-        "steps": trainer.global_step,  # fewer than epochs x steps per epoch when trainer.max_time stopped it
+        "epochs": epochs_trained(steps, per_epoch),
+        "epochs_planned": trainer.max_epochs,
+        "steps": steps,
+        "steps_per_epoch": per_epoch,
+        **(data or {}),
         "test_acc": float(test_metrics["test/acc"]),
         "test_loss": float(test_metrics["test/loss"]),
         "val_acc": val_acc,
@@ -79,7 +95,8 @@ def write_results(
         kept = f"the rung is finished and saved in {paths.root} (scripts/analyze.py logs its analysis again)"
         with wandb_failure_warns("the rung's final summary and artifacts", kept):
             run = wandb_logger.experiment
-            run.summary.update({"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]})
+            accuracies = {"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]}
+            run.summary.update({k: v for k, v in accuracies.items() if v is not None})
             log_rung_artifacts(run, cfg, paths.model, paths.analysis, summary)
             run.finish()
     write_json(paths.done, summary)

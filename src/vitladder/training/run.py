@@ -118,8 +118,11 @@ def world_size(cfg: DictConfig) -> int:
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
     """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
     loggers, callbacks and plugins."""
+    arguments = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if int(cfg.data.val_size) == 0:  # no validation split: no validation loop (not an empty one Lightning warns of)
+        arguments["limit_val_batches"] = 0
     return L.Trainer(
-        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        **arguments,
         logger=loggers,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],  # last.ckpt: written atomically beside the old one, read weights-only
@@ -250,9 +253,9 @@ def _fit_and_test(
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
-        val_acc = final_val_acc(trainer, paths)
+        val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
-        summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.summary, started)
+        summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.summary, started, datamodule.facts())
         if trainer.is_global_zero:
             write_results(module, paths, datamodule.classes, cfg, summary, wandb_logger)
     return summary

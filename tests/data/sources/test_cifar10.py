@@ -80,7 +80,7 @@ def test_cifar10_keeps_the_official_test_order_for_the_analysis_and_the_demo(
 
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", OfficialOrderCIFAR10)
     splits = load_cifar10(tmp_path)
-    assert splits.official_test_order
+    assert splits.official_test_order and splits.origin == "official CIFAR-10 pixels"
     _, _, test = split_train_val_test(splits, val_size=10, split_seed=3, train_subset=None, test_subset=25)
     assert test.images[:, 0, 0, 0].tolist() == list(range(25)), "the first N test images are the published ones"
 

@@ -6,12 +6,13 @@ import io
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from vitladder.data.augment import CIFAR10_MEAN
-from vitladder.data.sources import ImageSplits, imagefolder
+from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits, imagefolder
 from vitladder.data.sources.imagefolder import load_image_folder
 from vitladder.errors import DataError
 
@@ -89,6 +90,20 @@ def test_jpeg_images_are_decoded(tmp_path: Path) -> None:
     (root / "train" / "cat" / "0009.jpg").write_bytes(buffer.getvalue())
     s = load_image_folder(root, tmp_path / "cache")
     assert s.train_images.shape[0] == 10 and abs(int(s.train_images[3, :, 9, 9].float().mean()) - 200) <= 2
+
+
+def test_only_cifar10_as_jpeg_files_is_called_its_jpeg_copy(tmp_path: Path) -> None:
+    assert load_image_folder(make_tree(tmp_path / "imgs"), tmp_path / "cache").origin == "another source"
+    cifar10 = {  # the shapes the JPEG copy has, not its pixels (np.zeros allocates no memory until written)
+        "classes": np.asarray(imagefolder.CIFAR10_CLASSES),
+        "train_images": np.zeros((50_000, 3, 32, 32), np.uint8),
+        "train_labels": np.zeros(50_000),
+        "test_labels": np.zeros(10_000),
+    }
+    assert imagefolder._origin(cifar10, {".jpg"}) == imagefolder._origin(cifar10, {".jpeg", ".jpg"}) == CIFAR10_JPEG
+    assert imagefolder._origin(cifar10, {".jpg", ".png"}) == OTHER  # some files lossless: not that copy
+    assert imagefolder._origin({**cifar10, "test_labels": np.zeros(9_999)}, {".jpg"}) == OTHER
+    assert imagefolder._origin({**cifar10, "classes": np.asarray(["a"] * 10)}, {".jpg"}) == OTHER
 
 
 def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,6 +242,7 @@ def test_layout_and_image_errors_name_the_culprit(tmp_path: Path, case: str, kin
 
 def test_real_cifar10_jpeg_archive(cifar10_jpeg: ImageSplits) -> None:
     s = cifar10_jpeg
+    assert s.origin == "the JPEG copy of CIFAR-10" and not s.official_test_order  # and reports say so
     assert s.classes == ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
     assert s.train_images.shape == (50_000, 3, 32, 32) and s.train_images.dtype == torch.uint8
     assert s.test_images.shape == (10_000, 3, 32, 32) and s.test_images.dtype == torch.uint8

@@ -16,6 +16,7 @@ def test_synthetic_shapes_dtypes_and_balance() -> None:
     assert s.train_labels.bincount(minlength=10).tolist() == [20] * 10
     assert s.test_labels.bincount(minlength=10).tolist() == [5] * 10
     assert make_synthetic(8, 8, image_size=16).train_images.shape == (8, 3, 16, 16)
+    assert s.origin == "synthetic images"
 
 
 def test_synthetic_is_deterministic_given_seed() -> None:

@@ -32,6 +32,14 @@ if TYPE_CHECKING:
     from vitladder.data.stats import ChannelStats
 
 
+# What the pixels are (ImageSplits.origin), said beside every result (done.json, report.md, ladder.csv, the GPU
+# check): the article's figures come from the official pixels, and a lossy copy trains a little worse.
+OFFICIAL_CIFAR10 = "official CIFAR-10 pixels"
+CIFAR10_JPEG = "the JPEG copy of CIFAR-10"
+SYNTHETIC = "synthetic images"
+OTHER = "another source"
+
+
 @dataclass(frozen=True)
 class ImageSplits:
     train_images: torch.Tensor  # (N, 3, S, S) uint8
@@ -44,6 +52,7 @@ class ImageSplits:
     official_test_order: bool = False
     # The statistics the source publishes (CIFAR-10's); None: computed from the training split.
     stats: ChannelStats | None = None
+    origin: str = OTHER  # what the pixels are: OFFICIAL_CIFAR10, CIFAR10_JPEG, SYNTHETIC or OTHER
 
     @property
     def image_size(self) -> int:

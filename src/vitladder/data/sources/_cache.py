@@ -17,7 +17,7 @@ from vitladder.data.sources import ImageSplits
 from vitladder.data.trees import Listing, Node
 from vitladder.errors import DataError
 
-CACHE_VERSION = 2  # bump when the cache layout or the decoding changes, so old caches are ignored
+CACHE_VERSION = 3  # bump when the cache layout or the decoding changes, so old caches are ignored (3: origin)
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,10 @@ def read_cache(path: Path) -> ImageSplits | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             t = {k: torch.from_numpy(z[k]) for k in ("train_images", "train_labels", "test_images", "test_labels")}
-            classes = tuple(str(c) for c in z["classes"])
+            classes, origin = tuple(str(c) for c in z["classes"]), str(z["origin"])
     except Exception:  # a truncated or foreign cache file is never fatal: decode again and overwrite it
         return None
-    return ImageSplits(t["train_images"], t["train_labels"], t["test_images"], t["test_labels"], classes)
+    return ImageSplits(t["train_images"], t["train_labels"], t["test_images"], t["test_labels"], classes, origin=origin)
 
 
 def write_cache(path: Path, arrays: dict) -> None:

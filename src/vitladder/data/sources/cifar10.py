@@ -13,7 +13,7 @@ import torch
 from omegaconf import MISSING, DictConfig
 
 from vitladder.config_schema import DataConfig
-from vitladder.data.sources import ImageSplits
+from vitladder.data.sources import OFFICIAL_CIFAR10, ImageSplits
 from vitladder.data.stats import ChannelStats
 from vitladder.errors import DataError
 
@@ -89,4 +89,5 @@ def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
         tuple(train.classes),
         official_test_order=True,
         stats=STATS,
+        origin=OFFICIAL_CIFAR10,
     )

@@ -18,13 +18,14 @@ from omegaconf import MISSING, DictConfig
 from PIL import Image
 
 from vitladder.config_schema import DataConfig, source_key
-from vitladder.data.sources import ImageSplits
+from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits
 from vitladder.data.sources._cache import fingerprint, progress, read_cache, write_cache
 from vitladder.data.trees import FolderTree, Limits, Parts, read_archive, read_folder, show, walk
 from vitladder.errors import DataError
 from vitladder.text import printable
 
 SPLITS = ("train", "test")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2")
 
 DEFAULT_MAX_FILE_MIB = 4  # data.max_file_mib: a 32x32 image takes a few KiB; a file this big is not one
@@ -235,6 +236,7 @@ def load_image_folder(
         with progress(f"decoding {source.name} once", total if total > 2000 else None) as advance:
             dirs, images = listing.dirs, read_folder(folder, listing, source, limits, decode, advance)
     arrays = _assemble(source, dirs, images)
+    arrays["origin"] = np.asarray(_origin(arrays, {Path(parts[-1]).suffix.lower() for parts in images}))
     write_cache(cache_path, arrays)
     return ImageSplits(
         torch.from_numpy(arrays["train_images"]),
@@ -242,4 +244,16 @@ def load_image_folder(
         torch.from_numpy(arrays["test_images"]),
         torch.from_numpy(arrays["test_labels"]),
         tuple(str(c) for c in arrays["classes"]),
+        origin=str(arrays["origin"]),
     )
+
+
+def _origin(arrays: dict, suffixes: set[str]) -> str:
+    """CIFAR10_JPEG for CIFAR-10 as JPEG files (its classes, 32x32, 50,000 + 10,000 images: the lossy copy these
+    projects share, e.g. ../shared/data/cifar10-jpeg.tar.xz), else OTHER."""
+    cifar10 = (
+        tuple(str(c) for c in arrays["classes"]) == CIFAR10_CLASSES
+        and arrays["train_images"].shape[1:] == (3, 32, 32)
+        and (len(arrays["train_labels"]), len(arrays["test_labels"])) == (50_000, 10_000)
+    )
+    return CIFAR10_JPEG if cifar10 and suffixes <= {".jpg", ".jpeg"} else OTHER

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 
 from vitladder.config_schema import DataConfig, source_key
-from vitladder.data.sources import ImageSplits
+from vitladder.data.sources import SYNTHETIC, ImageSplits
 from vitladder.errors import DataError
 
 
@@ -76,4 +76,4 @@ def make_synthetic(num_train: int, num_test: int, seed: int = 0, image_size: int
 
     train_images, train_labels = split(num_train)
     test_images, test_labels = split(num_test)
-    return ImageSplits(train_images, train_labels, test_images, test_labels, SYNTHETIC_CLASSES)
+    return ImageSplits(train_images, train_labels, test_images, test_labels, SYNTHETIC_CLASSES, origin=SYNTHETIC)
