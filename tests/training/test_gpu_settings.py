@@ -16,6 +16,7 @@ from run_helpers import fit, set_up_data
 from tiny_data import tiny_data
 from torch._dynamo.utils import counters
 
+from vitladder import cuda_choices
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.cuda_choices import CudaChoices
 from vitladder.run_folder import RunPaths
@@ -58,7 +59,7 @@ def test_gradient_clipping_trains_under_the_cuda_settings(tiny_cfg, tmp_path, mo
 @pytest.mark.parametrize("clip", [None, 1.0])
 def test_a_gpu_without_bf16_trains_with_fp16_autocast_and_a_loss_scaler(tiny_cfg, monkeypatch, matmul_precision, clip):
     gpu = CudaChoices(cuda=True, bf16=False)  # a V100 or a T4
-    monkeypatch.setattr(run_module, "cuda_choices", lambda accelerator, rehearse: gpu)
+    monkeypatch.setattr(cuda_choices, "cuda_choices", lambda accelerator, rehearse: gpu)  # what run_choices reads
     clipped = record_clipping(monkeypatch)
     cfg = tiny_cfg("patch4", "model.depth=1", "data.batch_size=16", f"trainer.gradient_clip_val={clip or 'null'}")
     module = build_module(cfg, set_up_data(cfg))

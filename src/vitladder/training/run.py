@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
-from vitladder.cuda_choices import cuda_choices
+from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
@@ -22,7 +22,7 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule, TrainingDiverged, mixes, use_tensor_cores
+from vitladder.training.module import RecipeModule, TrainingDiverged, mixes
 from vitladder.training.ranks import started_for_another_rank
 from vitladder.training.recipe import changed_recipe_message, move_aside, recipe_changes
 from vitladder.training.results import final_val_acc, rung_summary, write_results
@@ -35,8 +35,7 @@ log = logging.getLogger(__name__)
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
     """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
-    choices = cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
-    use_tensor_cores(choices)
+    use_tensor_cores(run_choices(cfg))
     model = {**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": data.num_classes}
     return RecipeModule(
         model={**model, "img_size": check_patch_size(int(cfg.model.patch_size), data.image_size)},
@@ -48,7 +47,7 @@ def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
         steps_per_epoch=data.steps_per_epoch,
         normalization=data.stats.to_dict(),
         compile=bool(cfg.speed.compile),
-        fused_adamw=choices.fused_adamw(clipping=bool(cfg.trainer.gradient_clip_val)),
+        fused_adamw=fused_adamw(cfg),
         seed=int(cfg.seed),
     )
 
