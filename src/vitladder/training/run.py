@@ -112,6 +112,14 @@ def world_size(cfg: DictConfig) -> int:
     return probe.world_size
 
 
+def check_placement(cfg: DictConfig) -> None:
+    """Refuses a run its devices cannot train, in one line, before anything is written: a placement Lightning
+    rejects, a spawn or fork strategy, or a global batch that does not split over the devices (into even batches
+    under MixUp/CutMix). The ladder checks every run it will train before the first trains."""
+    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
+
+
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
     """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
     loggers, callbacks and plugins."""
@@ -166,9 +174,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
-    # The global batch must split over the devices, into even batches under MixUp/CutMix.
-    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
-    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
+    check_placement(cfg)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
