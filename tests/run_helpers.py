@@ -1,5 +1,5 @@
-"""Helpers shared by the tests that train: a bare Trainer fit on tiny data, a finished run's model and splits, and a
-fake clock for the checkpoint interval.
+"""Helpers shared by the tests that train: a bare Trainer fit on tiny data, a finished run's model and splits, a crash
+at an epoch's start and a fake clock for the checkpoint interval.
 
 Importable from any test (``pythonpath = ["tests"]`` in pyproject.toml), so each idea is written once.
 """
@@ -99,3 +99,18 @@ class EpochTakes(L.Callback):
         self.clock.now += self.clock.epoch_s
         if trainer.current_epoch + 1 == self.stop_after:
             trainer.should_stop = True
+
+
+class Crash(RuntimeError):
+    """What CrashAtEpoch raises: a run killed there."""
+
+
+class CrashAtEpoch(L.Callback):
+    """Raises Crash at the start of training epoch ``epoch`` (0-based), after the checkpoints of the epochs before."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise Crash(f"simulated crash at the start of epoch {self.epoch}")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from omegaconf import OmegaConf
-from run_helpers import EpochTakes, FakeClock, fit, set_up_data
+from run_helpers import Crash, CrashAtEpoch, EpochTakes, FakeClock, fit, set_up_data
 from tiny_data import tiny_data
 from torch._dynamo.utils import counters
 
@@ -154,19 +154,6 @@ def test_a_compile_failure_in_training_falls_back_to_eager_with_one_warning_line
     assert len(warnings) == 1 and "\n" not in warnings[0], warnings
     assert warnings[0].startswith("torch.compile failed (backend='broken' raised: RuntimeError: no working C compiler")
     assert warnings[0].endswith("training on without it (speed.compile=false skips it)")
-
-
-class Crash(RuntimeError):
-    pass
-
-
-class CrashAtEpoch(L.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer, module) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise Crash(f"simulated crash at the start of epoch {self.epoch}")
 
 
 @pytest.mark.slow
