@@ -2,6 +2,7 @@
 
     python scripts/bench.py                          # both widths on the CPU (a few minutes), CUDA if present
     python scripts/bench.py --width full --device cuda --compile
+    python scripts/bench.py --width tiny --rehearse-cuda     # a bf16 GPU's choices on the CPU (bf16, fused AdamW)
     python scripts/bench.py --width tiny --steps 30 --rounds 7 --threads 1 --out /tmp/bench.json
 
 Prints a table of medians and writes every figure (per-round values too) to --out as JSON. The checkpoint is timed
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--analysis-images", type=int, default=None, help="images analysed (default: 1000)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model in both loops")
     parser.add_argument(
+        "--rehearse-cuda",
+        action="store_true",
+        help="take a bf16 GPU's choices on any device (speed.rehearse_cuda: bf16-mixed, fused AdamW, TF32)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -68,6 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.compile:
         overrides["compile"] = True
+    if args.rehearse_cuda:
+        overrides["rehearse_cuda"] = True
     for name in ("lightning.pytorch", "lightning.fabric"):  # one fit per round: keep the banner out of the table
         logging.getLogger(name).setLevel(logging.WARNING)
 

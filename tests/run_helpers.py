@@ -1,4 +1,5 @@
-"""Helpers shared by the tests that train: a bare Trainer fit on tiny data, and a finished run's model and splits.
+"""Helpers shared by the tests that train: a bare Trainer fit on tiny data, a finished run's model and splits, a crash
+at an epoch's start and a fake clock for the checkpoint interval.
 
 Importable from any test (``pythonpath = ["tests"]`` in pyproject.toml), so each idea is written once.
 """
@@ -74,3 +75,42 @@ def run_splits(run_dir: Path):
     return split_train_val_test(
         sources.load(data), int(data.val_size), int(data.split_seed), data.train_subset, data.test_subset
     )
+
+
+class FakeClock:
+    """``time`` for the checkpoint callback (``monkeypatch.setattr(checkpoint_io, "time", clock)``): only
+    ``EpochTakes`` moves it, by ``epoch_s`` seconds a training epoch."""
+
+    def __init__(self, epoch_s: float):
+        self.now, self.epoch_s = 0.0, epoch_s
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class EpochTakes(L.Callback):
+    """Each training epoch takes the clock's ``epoch_s``; ``stop_after`` epochs, a stop is asked for, as
+    trainer.max_time's timer asks."""
+
+    def __init__(self, clock: FakeClock, stop_after: int | None = None):
+        self.clock, self.stop_after = clock, stop_after
+
+    def on_train_epoch_end(self, trainer, pl_module):  # runs before the checkpoint callback (Lightning's order)
+        self.clock.now += self.clock.epoch_s
+        if trainer.current_epoch + 1 == self.stop_after:
+            trainer.should_stop = True
+
+
+class Crash(RuntimeError):
+    """What CrashAtEpoch raises: a run killed there."""
+
+
+class CrashAtEpoch(L.Callback):
+    """Raises Crash at the start of training epoch ``epoch`` (0-based), after the checkpoints of the epochs before."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise Crash(f"simulated crash at the start of epoch {self.epoch}")

@@ -13,8 +13,7 @@ import torch
 
 import vitladder
 from vitladder.config import compose_rung
-from vitladder.cuda_choices import CudaChoices, cuda_choices
-from vitladder.training.module import optimizer_kwargs, use_tensor_cores
+from vitladder.cuda_choices import CudaChoices, cuda_choices, fused_adamw, on_cuda, run_choices, use_tensor_cores
 
 
 @pytest.fixture
@@ -81,14 +80,20 @@ def test_fused_adamw_gives_way_to_gradient_clipping():
     assert not CudaChoices(cuda=True, bf16=False).fused_adamw(clipping=True)
 
 
-def test_the_benchmarks_bare_loop_takes_the_runs_choices(gpu, matmul_precision):
+def test_a_run_and_the_developer_tools_take_the_choices_of_its_config(gpu, matmul_precision):
+    # build_module, the benchmark's bare loop, the estimate and the GPU check read them through here.
     gpu(bf16=True)
-    assert optimizer_kwargs(torch.device("cuda", 0)) == {"fused": True}
-    assert optimizer_kwargs(torch.device("cuda", 0), clipping=True) == {}
-    assert optimizer_kwargs(torch.device("cpu")) == {}
-    use_tensor_cores(CudaChoices())
+    assert on_cuda("auto") and on_cuda("gpu") and not on_cuda("cpu")
+    on_the_gpu, clipped, on_the_cpu = (
+        compose_rung("patch8", overrides)
+        for overrides in ([], ["trainer.gradient_clip_val=1.0"], ["trainer.accelerator=cpu"])
+    )
+    assert run_choices(on_the_gpu) == CudaChoices(cuda=True, bf16=True) and run_choices(on_the_cpu) == CudaChoices()
+    assert fused_adamw(on_the_gpu) and not fused_adamw(clipped) and not fused_adamw(on_the_cpu)
+    assert fused_adamw(compose_rung("patch8", ["trainer.accelerator=cpu", "speed.rehearse_cuda=true"]))
+    use_tensor_cores(run_choices(on_the_cpu))
     assert torch.get_float32_matmul_precision() == "highest"
-    use_tensor_cores()  # this machine's choices: a CUDA GPU is visible
+    use_tensor_cores(run_choices(on_the_gpu))
     assert torch.get_float32_matmul_precision() == "high"
 
 
@@ -102,6 +107,11 @@ CUDA_MODULE = re.compile(r"torch\.(cuda|backends\.cuda|backends\.cudnn)\.")
 # the test makes visible). A new CUDA-conditioned line anywhere in src/ must be added here with its rehearsal.
 REHEARSED = {
     ("cuda_choices.py", "<module>"): ["test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast"],
+    ("cuda_choices.py", "on_cuda"): [
+        "test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast",
+        "test_a_run_and_the_developer_tools_take_the_choices_of_its_config",
+        "test_the_estimate_times_the_runs_device_precision_and_adamw",
+    ],
     ("cuda_choices.py", "cuda_choices"): [
         "test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast",
         "test_the_cpu_gets_full_precision_even_where_cuda_is_visible",
@@ -109,21 +119,23 @@ REHEARSED = {
         "test_gradient_clipping_trains_under_the_cuda_settings",
         "test_a_gpu_without_bf16_trains_with_fp16_autocast_and_a_loss_scaler",
     ],
+    ("devtools/estimate.py", "estimate_run_seconds"): ["test_the_estimate_times_the_runs_device_precision_and_adamw"],
+    ("devtools/syncs.py", "HostSyncs.on"): [
+        "test_on_cuda_host_tensors_are_left_out_and_the_sync_debug_mode_is_counted"
+    ],
     ("devtools/timing.py", "sync"): ["test_warmup_steps_are_untimed_and_cuda_is_synchronised_at_both_ends"],
 }
 # The developer tools' own CUDA lines, which only a GPU runs (make bench --device cuda, make gpu-check): what each
-# decides. Sizes and names are measurement settings; the two marked "a run's choice" repeat cuda_choices' rules
-# and should take them from there.
+# decides. Each is a measurement setting, a name or a device, not a run's choice: those come from cuda_choices.py.
 ON_A_GPU_ONLY = {
     ("devtools/benchmark.py", "settings_for"): "the benchmark's batch and step counts on a GPU",
     ("devtools/benchmark.py", "run_benchmark"): "the GPU's name in the report",
+    ("devtools/benchmark.py", "time_loop_costs"): "CUDA's sync debug mode on while the steps' syncs are counted",
+    ("devtools/estimate.py", "step_cost"): "the batch the estimate times: the run's on a GPU, at most 64 on a CPU",
     ("devtools/gpu_check.py", "benchmark"): "the GPU check's warm-up and timed steps",
     ("devtools/gpu_check.py", "device_info"): "the GPU's name and type in gpu_check.json",
     ("devtools/gpu_check.py", "run_check"): "the device the check runs on",
-    ("devtools/gpu_check.py", "markdown"): "the fused AdamW and TF32 lines of gpu_check.md",
-    ("devtools/estimate.py", "estimate_run_seconds"): "a run's choice: the accelerator rule (CUDA_ACCELERATORS)",
-    ("devtools/estimate.py", "seconds_per_image"): "a run's choice: bf16 autocast on CUDA (the precision)",
-    ("devtools/estimate.py", "seconds_per_image.step"): "a run's choice: bf16 autocast on CUDA (the precision)",
+    ("devtools/gpu_check.py", "markdown"): "the CUDA version's line of gpu_check.md",
 }
 
 

@@ -46,11 +46,16 @@ def test_lightnings_tips_are_dropped_and_its_other_lines_kept(quiet):
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())
     logger = logging.getLogger(LIGHTNING_INFO)
+    level, disabled = logger.level, logger.disabled  # an earlier test may have quietened Lightning's loggers
     logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
     try:
         L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
     assert any(line.startswith("GPU available") for line in seen) and not [s for s in seen if "Tip" in s], seen
 
 

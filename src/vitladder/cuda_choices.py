@@ -14,6 +14,10 @@ is its own switch, ``speed.compile``, the same on every device.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 CUDA_ACCELERATORS = ("auto", "gpu", "cuda")  # trainer.accelerator values that put a run on a visible CUDA GPU
 
@@ -37,6 +41,14 @@ class CudaChoices:
         return self.cuda and not clipping
 
 
+def on_cuda(accelerator: str = "auto") -> bool:
+    """Whether a run on ``trainer.accelerator`` trains on a CUDA GPU: it asks for one (or for any) and one is
+    visible. The device the developer tools time a run's step on."""
+    import torch
+
+    return str(accelerator) in CUDA_ACCELERATORS and torch.cuda.is_available()
+
+
 def cuda_choices(accelerator: str = "auto", rehearse: bool = False) -> CudaChoices:
     """The choices for a run on ``trainer.accelerator`` (``rehearse``: those of a bf16 GPU, wherever it runs).
 
@@ -45,8 +57,28 @@ def cuda_choices(accelerator: str = "auto", rehearse: bool = False) -> CudaChoic
     allows (its ranks are new processes); a forking strategy (``ddp_fork``) would need it left uninitialised."""
     if rehearse:
         return CudaChoices(cuda=True, bf16=True)
+    if not on_cuda(accelerator):
+        return CudaChoices()
     import torch
 
-    if str(accelerator) not in CUDA_ACCELERATORS or not torch.cuda.is_available():
-        return CudaChoices()
     return CudaChoices(cuda=True, bf16=torch.cuda.is_bf16_supported(including_emulation=False))
+
+
+def run_choices(cfg: DictConfig) -> CudaChoices:
+    """The choices of the run a composed config describes: its ``trainer.accelerator`` and ``speed.rehearse_cuda``.
+    (Its precision is ``trainer.precision``, which defaults to these choices' and may be set apart.)"""
+    return cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
+
+
+def fused_adamw(cfg: DictConfig) -> bool:
+    """Whether the run ``cfg`` describes steps with fused AdamW: CUDA's choice, unless it clips gradients."""
+    return run_choices(cfg).fused_adamw(clipping=bool(cfg.trainer.gradient_clip_val))
+
+
+def use_tensor_cores(choices: CudaChoices) -> None:
+    """TF32 for float32 matrix products where ``choices`` take it. Set before a trainer starts, so Lightning finds
+    it set."""
+    if choices.tf32:
+        import torch
+
+        torch.set_float32_matmul_precision("high")

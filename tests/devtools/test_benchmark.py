@@ -11,7 +11,7 @@ import torch
 from entry_points import load_script
 
 from vitladder.config import compose_rung
-from vitladder.devtools.benchmark import format_table, run_benchmark, settings_for
+from vitladder.devtools.benchmark import format_table, host_step_counts, run_benchmark, settings_for
 
 FIGURES = {
     "project_images_per_s",
@@ -139,10 +139,12 @@ def test_the_script_writes_the_json(tmp_path, repo_root, capsys):
             "1",
             "--analysis-images",
             "16",
+            "--rehearse-cuda",
         ]
     )
     report = json.loads(out.read_text())
     assert FIGURES <= set(report["widths"]["tiny"])
+    assert report["widths"]["tiny"]["precision"] == "bf16-mixed", "a bf16 GPU's choices"
     assert report["targets"]["project_over_bare_min"] == 0.95
     assert "project / bare" in capsys.readouterr().out
 
@@ -157,3 +159,33 @@ def test_default_settings_fit_the_cpu():
 
 def test_the_gpu_benchmark_times_the_recipes_batch():
     assert settings_for("full", "cuda").batch_size == compose_rung("patch4", []).data.batch_size == 128
+
+
+def test_under_the_cuda_settings_a_whole_training_step_makes_no_host_sync(tmp_path, monkeypatch, matmul_precision):
+    # speed.rehearse_cuda: bf16-mixed and fused AdamW, whose step counts stay with the parameters, unread; MixUp/CutMix,
+    # label smoothing and drop path (stochastic_depth). From one training batch's start to the next: the batch
+    # fetched, the step, backward, AdamW, the schedule and every hook.
+    from vitladder.devtools import benchmark
+
+    exempted = []
+
+    def recorded(optimizers):
+        exempted.append(host_step_counts(optimizers))
+        return exempted[-1]
+
+    monkeypatch.setattr(benchmark, "host_step_counts", recorded)
+    s = replace(settings_for("tiny", "cpu"), **TINY_RUN, rung="stochastic_depth", rehearse_cuda=True)
+    cfg = benchmark.bench_config(s)
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.mixup.cutmix_alpha > 0
+    costs = benchmark.time_loop_costs(cfg, benchmark._prepare_data(cfg, torch.device("cpu")), s, tmp_path)
+    assert costs["host_syncs_per_step"] == {"train": 0, "eval": 0}
+    assert len(exempted) == s.warmup + s.steps + 1 and exempted == [set()] * len(exempted), "nothing exempted"
+
+
+def test_only_the_step_counts_of_an_unfused_adamw_are_host_tensors():
+    params = [torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))]
+    unfused, fused = torch.optim.AdamW(params[:1]), torch.optim.AdamW(params[1:], fused=True)
+    for param in params:
+        param.grad = torch.ones_like(param)
+    unfused.step(), fused.step()
+    assert host_step_counts([unfused, fused]) == {id(unfused.state[params[0]]["step"])}

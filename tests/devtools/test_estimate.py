@@ -16,7 +16,7 @@ TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    estimate.step_cost.cache_clear()  # cached per (shape, batch, device, folder) for the whole ladder
+    estimate.step_cost.cache_clear()  # cached per (shape, batch, device, folder, precision, AdamW) for the ladder
     yield
     estimate.step_cost.cache_clear()
 
@@ -51,7 +51,7 @@ def test_the_step_and_checkpoint_on_the_cpu_are_real_positive_times(tmp_path):
 
 def test_the_estimate_counts_one_checkpoint_per_save_of_the_interval(monkeypatch, tmp_path):
     cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=2.0)
-    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder: cost)
+    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, *run: cost)
     shape = estimate.DataShape(num_train=9_000, num_val=3_000, num_test=3_000, image_size=32, num_classes=10)
     base = [f"output_root={tmp_path}", "optim.epochs=10", "trainer.accelerator=cpu"]
     # Epochs of (9,000 + 3,000 / 3) x 1 ms = 10 s; the test pass 1 s.
@@ -67,3 +67,31 @@ def test_the_estimate_counts_one_checkpoint_per_save_of_the_interval(monkeypatch
 def test_the_checkpoint_is_timed_on_the_disk_of_the_run_folder_to_be(tmp_path):
     assert estimate.existing_folder(tmp_path / "outputs" / "full" / "warmup") == tmp_path
     assert estimate.existing_folder(tmp_path) == tmp_path
+
+
+def test_the_estimate_times_the_runs_device_precision_and_adamw(monkeypatch, tmp_path):
+    # The run's CUDA choices (cuda_choices.py), not the estimate's own: the device, trainer.precision, fused AdamW.
+    timed = []
+    monkeypatch.setattr(
+        estimate, "step_cost", lambda vit, batch, *run: timed.append(run[:1] + run[2:]) or estimate.StepCost(1e-3, 1.0)
+    )
+    shape = estimate.DataShape(num_train=100, num_val=10, num_test=10, image_size=32, num_classes=10)
+
+    def times(*overrides: str) -> tuple:
+        estimate.estimate_run_seconds(compose_rung("patch8", [f"output_root={tmp_path}", *overrides]), shape)
+        return timed.pop()
+
+    rehearsal = ["trainer.accelerator=cpu", "speed.rehearse_cuda=true"]
+    assert times(*rehearsal) == ("cpu", "bf16-mixed", True)
+    assert times(*rehearsal, "trainer.gradient_clip_val=1.0") == ("cpu", "bf16-mixed", False)
+    assert times("trainer.accelerator=cpu") == ("cpu", "32-true", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU without bf16 (a V100, a T4)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert times() == ("cuda", "16-mixed", True)
+    assert times("trainer.accelerator=cpu") == ("cpu", "32-true", False)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_the_step_is_timed_in_the_runs_precision_with_fused_adamw_on_the_cpu(tmp_path, precision):
+    cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path), precision, True)
+    assert 0 < cost.per_image_s < 1 and 0 < cost.checkpoint_s < 5

@@ -18,6 +18,7 @@ from entry_points import load_script
 from packaging.requirements import Requirement
 
 from vitladder.devtools import gpu_check
+from vitladder.devtools.floors import dependencies
 from vitladder.devtools.gpu_check import RESERVE_S, CheckOptions, Measured, choose, markdown, max_time, plan_epochs
 from vitladder.run_folder import RunPaths
 
@@ -297,7 +298,8 @@ def test_the_versions_and_their_warnings_come_before_an_old_library_can_crash_th
     )
     assert result.returncode != 0 and "an old timm" in result.stderr
     assert "timm 0.9.2" in result.stdout.splitlines()[0] and "torch " in result.stdout
-    warning = "warning: timm 0.9.2 is outside >=1.0.16 (pyproject.toml)"
+    (timm,) = (Requirement(s) for s in dependencies(repo_root / "pyproject.toml") if Requirement(s).name == "timm")
+    warning = f"warning: timm 0.9.2 is outside {timm.specifier} (pyproject.toml)"
     assert result.stderr.index(warning) < result.stderr.index("an old timm"), result.stderr[-2000:]
 
 

@@ -1,14 +1,17 @@
 """The one timed step of the benchmark, the estimate and the GPU check, on a scripted clock: warm-up steps are
 untimed, the device is synchronised at both ends of the timed steps only, and the figure is the CPU's median or
-CUDA's span over the steps."""
+CUDA's span over the steps. The bare training step they time trains in the run's precision, with a loss scaler
+under 16-mixed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from vitladder.devtools import timing
-from vitladder.devtools.timing import StepClock, time_steps
+from vitladder.devtools.timing import StepClock, bare_step, time_steps
 
 
 @pytest.fixture
@@ -57,3 +60,31 @@ def test_a_clock_driven_from_outside_stops_after_its_last_stamp():
     assert len(clock.stamps) == 3 and clock.seconds_per_step() >= 0
     with pytest.raises(ValueError, match="steps >= 1"):
         StepClock(warmup=0, steps=0, device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    "precision, dtype, scaled",
+    [("32-true", torch.float32, 0), ("bf16-mixed", torch.bfloat16, 0), ("16-mixed", torch.float16, 1)],
+)
+def test_the_bare_step_trains_in_the_runs_precision_with_a_loss_scaler_under_fp16(
+    monkeypatch, precision, dtype, scaled
+):
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)  # as on CUDA: the unscaling inside its kernel
+    logits_dtypes, scales = [], []
+
+    def loss_fn(logits, labels):
+        logits_dtypes.append(logits.dtype)
+        return F.cross_entropy(logits, labels)
+
+    scaler_step = torch.amp.GradScaler.step
+    monkeypatch.setattr(
+        torch.amp.GradScaler, "step", lambda self, opt: scales.append(self.get_scale()) or scaler_step(self, opt)
+    )
+    before = model.weight.detach().clone()
+    step = bare_step(model, optimizer, loss_fn, torch.device("cpu"), precision)
+    step(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+    assert logits_dtypes == [dtype] and len(scales) == scaled and all(scale > 1 for scale in scales)
+    assert not torch.equal(model.weight, before) and model.weight.grad is None, "stepped, then zeroed"
+    with pytest.raises(ValueError, match="'bf16-true'"):
+        bare_step(model, optimizer, loss_fn, torch.device("cpu"), "bf16-true")

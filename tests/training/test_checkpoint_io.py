@@ -15,6 +15,7 @@ import pytest
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
+from run_helpers import EpochTakes, FakeClock
 from tiny_data import tiny_data
 
 from vitladder.cli import reports_user_errors
@@ -110,26 +111,6 @@ def test_lightning_reads_checkpoints_weights_only_through_the_plugin(tiny_cfg, t
     with pytest.raises(CheckpointError, match="refused"):
         trainer.strategy.load_checkpoint(ckpt, weights_only=False)  # even when asked to unpickle
     assert not marker.exists()
-
-
-class FakeClock:
-    """time.monotonic for the checkpoint callback: each training epoch takes ``epoch_s`` seconds."""
-
-    def __init__(self, epoch_s: float):
-        self.now, self.epoch_s = 0.0, epoch_s
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-class EpochTakes(L.Callback):
-    def __init__(self, clock: FakeClock, stop_after: int | None = None):
-        self.clock, self.stop_after = clock, stop_after
-
-    def on_train_epoch_end(self, trainer, pl_module):  # runs before the checkpoint callback (Lightning's order)
-        self.clock.now += self.clock.epoch_s
-        if trainer.current_epoch + 1 == self.stop_after:
-            trainer.should_stop = True  # as trainer.max_time's timer does
 
 
 def saved_epochs(tmp_path, monkeypatch, min_interval_s: float, epoch_s: float, stop_after: int | None = None):

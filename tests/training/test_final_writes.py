@@ -21,6 +21,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
+from run_helpers import Crash, CrashAtEpoch
 
 import vitladder.data.datamodule as datamodule_module
 from vitladder.data.device_batches import DeviceBatches
@@ -32,19 +33,6 @@ from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import train_rung
 
 REPLACE = os.replace
-
-
-class Crash(RuntimeError):
-    pass
-
-
-class CrashAtEpoch(L.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise Crash(f"killed at the start of epoch {self.epoch}")
 
 
 @pytest.fixture

@@ -6,20 +6,26 @@ compile failure falls back to eager."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from omegaconf import OmegaConf
-from run_helpers import fit, set_up_data
+from run_helpers import Crash, CrashAtEpoch, EpochTakes, FakeClock, fit, set_up_data
 from tiny_data import tiny_data
 from torch._dynamo.utils import counters
 
+from vitladder import cuda_choices
 from vitladder.analysis.callback import AttentionAnalysis
+from vitladder.config import compose_rung
 from vitladder.cuda_choices import CudaChoices
 from vitladder.run_folder import RunPaths
+from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
+from vitladder.training.checkpoint_io import saves_in
+from vitladder.training.resume import checkpoint_epoch
 from vitladder.training.run import build_module, build_trainer
 
 
@@ -58,7 +64,7 @@ def test_gradient_clipping_trains_under_the_cuda_settings(tiny_cfg, tmp_path, mo
 @pytest.mark.parametrize("clip", [None, 1.0])
 def test_a_gpu_without_bf16_trains_with_fp16_autocast_and_a_loss_scaler(tiny_cfg, monkeypatch, matmul_precision, clip):
     gpu = CudaChoices(cuda=True, bf16=False)  # a V100 or a T4
-    monkeypatch.setattr(run_module, "cuda_choices", lambda accelerator, rehearse: gpu)
+    monkeypatch.setattr(cuda_choices, "cuda_choices", lambda accelerator, rehearse: gpu)  # what run_choices reads
     clipped = record_clipping(monkeypatch)
     cfg = tiny_cfg("patch4", "model.depth=1", "data.batch_size=16", f"trainer.gradient_clip_val={clip or 'null'}")
     module = build_module(cfg, set_up_data(cfg))
@@ -150,26 +156,13 @@ def test_a_compile_failure_in_training_falls_back_to_eager_with_one_warning_line
     assert warnings[0].endswith("training on without it (speed.compile=false skips it)")
 
 
-class Crash(RuntimeError):
-    pass
-
-
-class CrashAtEpoch(L.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer, module) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise Crash(f"simulated crash at the start of epoch {self.epoch}")
-
-
 @pytest.mark.slow
 def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_cpu(
     tmp_path, monkeypatch, matmul_precision, wandb_run_reader
 ):
     from vitladder.report.ladder_report import build_report
     from vitladder.report.wandb_run import log_report_to_wandb
-    from vitladder.training.ladder import plan_ladder, run_ladder
+    from vitladder.training.ladder import PlannedRun, plan_ladder, run_ladder
     from vitladder.training.module import RecipeModule
 
     # aot_eager: Dynamo and AOTAutograd (the joint forward and backward graph, decompositions) without Inductor's
@@ -189,35 +182,52 @@ def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_
         return training_step(self, batch, batch_idx)
 
     monkeypatch.setattr(RecipeModule, "training_step", recorded)
-    # epochs200 (crop and flip, patch 4, warmup, label smoothing, MixUp/CutMix, drop path; 2 smoke epochs) crashes
-    # at the start of its second epoch, after its first checkpoint; then the same ladder runs again.
+    # The full profile's checkpoint interval (60 s) on a clock where an epoch takes 35 s: last.ckpt after an epoch
+    # end once 70 s have passed, and after the last epoch.
+    interval_s = compose_rung("epochs200").checkpoint.min_interval_s
+    clock, saves = FakeClock(epoch_s=35.0), []
+    monkeypatch.setattr(checkpoint_io, "time", clock)
+    save_checkpoint = checkpoint_io.AtomicCheckpointIO.save_checkpoint
+
+    def recorded_save(io, checkpoint, path, storage_options=None):
+        saves.append((Path(path).parent.parent.name, checkpoint["epoch"] + 1))  # (rung, epochs trained)
+        save_checkpoint(io, checkpoint, path, storage_options)
+
+    monkeypatch.setattr(checkpoint_io.AtomicCheckpointIO, "save_checkpoint", recorded_save)
+    # epochs200 (crop and flip, patch 4, warmup, label smoothing, MixUp/CutMix, drop path; 3 epochs here) crashes
+    # at the start of its third epoch, after its first checkpoint; then the same ladder runs again.
     build_trainer_ = run_module.build_trainer
-    crashes = [CrashAtEpoch(1)]
+    crashes = [CrashAtEpoch(2)]
 
     def build_trainer(cfg, paths, loggers, callbacks):
         extra = [crashes.pop()] if cfg.rung == "epochs200" and crashes else []
-        return build_trainer_(cfg, paths, loggers, [*callbacks, *extra])
+        return build_trainer_(cfg, paths, loggers, [*callbacks, EpochTakes(clock), *extra])
 
     monkeypatch.setattr(run_module, "build_trainer", build_trainer)
     overrides = [
         "profile=smoke",
-        *tiny_data(num_train=300, num_test=40, val_size=100, batch_size=50),
+        *tiny_data(num_train=250, num_test=40, val_size=100, batch_size=50),
         "model.depth=2",
         "analysis.num_images=16",
         "analysis.track_images=8",
         "trainer.enable_progress_bar=false",
         f"output_root={tmp_path}",
+        f"checkpoint.min_interval_s={interval_s}",
         "speed.rehearse_cuda=true",  # bf16-mixed, fused AdamW, TF32
         "speed.compile=true",
     ]
-    runs = [run for run in plan_ladder([0], overrides) if run.rung in ("patch8", "epochs200")]
+    patch8, epochs200 = (run for run in plan_ladder([0], overrides) if run.rung in ("patch8", "epochs200"))
+    longer = [*epochs200.overrides, "optim.epochs=300"]  # 3 smoke epochs, to space the checkpoints
+    runs = [patch8, PlannedRun("epochs200", 0, compose_rung("epochs200", longer[1:]), longer)]
     estimate = lambda cfgs: [1.0] * len(cfgs)  # noqa: E731 - the ladder's time estimate is not this test's
     with pytest.raises(Crash):
         run_ladder(runs, run_module.train_rung, estimate, log=lambda line: None)
     top = runs[-1].run_dir
-    assert (runs[0].run_dir / "done.json").exists() and (top / "checkpoints" / "last.ckpt").exists()
-    assert not (top / "done.json").exists()
+    assert (runs[0].run_dir / "done.json").exists() and not (top / "done.json").exists()
+    assert checkpoint_epoch(top / "checkpoints" / "last.ckpt") == 2 and saves == [("patch8", 1), ("epochs200", 2)]
     summaries = run_ladder(runs, run_module.train_rung, estimate, log=lambda line: None)
+    assert saves[2:] == [("epochs200", 3)], "resumed from epoch 2's checkpoint; the last epoch saved"
+    assert saves_in(3, clock.epoch_s, 1, interval_s) == 2, "the schedule the estimate and the GPU check count"
     ladder = top.parent
     build_report(ladder)
     log_report_to_wandb(ladder, mode="offline")
@@ -227,11 +237,11 @@ def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_
     assert counters["stats"]["unique_graphs"] > 0
     config = OmegaConf.load(top / "config.yaml")
     assert config.trainer.precision == "bf16-mixed" and config.speed.rehearse_cuda
-    # The resumed rung finished its two epochs, each logged once; both rungs were analysed and are in the report.
-    assert [s["epochs"] for s in summaries] == [1, 2]
+    # The resumed rung finished its three epochs, each logged once; both rungs were analysed and are in the report.
+    assert [s["epochs"] for s in summaries] == [1, 3]
     assert all(s["layer1_distance_px"] > 0 for s in summaries)
     with (top / "metrics.csv").open() as file:
-        assert [float(row["epoch"]) for row in csv.DictReader(file) if row.get("val/acc")] == [1.0, 2.0]
+        assert [float(row["epoch"]) for row in csv.DictReader(file) if row.get("val/acc")] == [1.0, 2.0, 3.0]
     with (ladder / "ladder.csv").open() as file:
         assert [row["rung"] for row in csv.DictReader(file)] == ["patch8", "epochs200"]
     assert (ladder / "report.md").is_file() and (ladder / "distance_by_layer.png").is_file()

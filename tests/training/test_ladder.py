@@ -155,6 +155,37 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
     assert trained == ["patch8"]
 
 
+@pytest.mark.parametrize(
+    "placement, refused",
+    [
+        (
+            ["trainer.devices=6", "trainer.strategy=ddp", "data.batch_size=510"],
+            "mixup_cutmix (seed 0): data.batch_size=510 gives 85 images per device on 6 devices, and MixUp/CutMix "
+            "needs an even batch: choose a multiple of 12, e.g. data.batch_size=504",
+        ),
+        (
+            ["trainer.devices=3", "trainer.strategy=ddp", "data.batch_size=64"],
+            "patch8 (seed 0): data.batch_size=64 is the global batch and must split evenly over 3 devices",
+        ),
+        (["trainer.devices=2", "trainer.strategy=ddp_spawn"], "patch8 (seed 0): trainer.strategy=ddp_spawn trains in"),
+    ],
+)
+def test_a_run_its_devices_cannot_train_stops_the_ladder_before_any_rung_trains(
+    tmp_path, monkeypatch, capsys, placement, refused
+):
+    # Checked per rung in train_rung, an odd batch under MixUp/CutMix stopped the ladder after five rungs had trained.
+    import vitladder.training.run as run_module
+    from vitladder.devtools import estimate
+
+    monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: pytest.fail("refused before the estimate trains"))
+    monkeypatch.setattr(run_module, "train_rung", lambda cfg, overrides=None: pytest.fail("nothing may train"))
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("ladder").main(["profile=smoke", "trainer.accelerator=cpu", *placement, f"output_root={tmp_path}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: {refused}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
 def test_the_ladder_on_another_rank_trains_what_rank_0_trains_and_nothing_else(tmp_path, monkeypatch, capsys):
     """Lightning's DDP launcher runs scripts/ladder.py again for every other rank: no estimate, log or report there."""
     import vitladder.training.run as run_module

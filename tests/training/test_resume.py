@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 import wandb
+from run_helpers import Crash, CrashAtEpoch
 from tiny_data import tiny_data
 
 from vitladder.config import rung_names
@@ -27,19 +27,6 @@ TINY = [
     "analysis.num_images=20",
     "analysis.track_images=8",
 ]
-
-
-class Crash(RuntimeError):
-    pass
-
-
-class CrashAtEpoch(L.Callback):
-    def __init__(self, epoch: int):
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer, module):
-        if trainer.current_epoch == self.epoch:
-            raise Crash(f"simulated crash at the start of epoch {self.epoch}")
 
 
 def weights(run_dir: Path) -> dict:

@@ -18,13 +18,13 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from host_syncs import HostSyncs
 from run_helpers import fit, module_for, run_splits, saved_inputs, saved_model, set_up_data
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
 from vitladder.config import CONF_DIR, register_resolvers
 from vitladder.data.datamodule import ImageDataModule
+from vitladder.devtools.syncs import HostSyncs
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
 from vitladder.training.run import train_rung
@@ -116,30 +116,30 @@ def test_training_runs_fused_attention_also_after_attention_tracking(tiny_cfg, t
     assert probe.steps == 6 and len(tracking.history) > 0
 
 
-# --- no per-step host syncs (counted as tests/host_syncs.py does) ------------------------------------
+# --- no per-step host syncs (counted by devtools/syncs.py) ---------------------------------------------
 
 
-def count_syncs(monkeypatch, cfg, module, epochs: int, steps: int) -> tuple[collections.Counter, collections.Counter]:
+def count_syncs(cfg, module, epochs: int, steps: int) -> tuple[collections.Counter, collections.Counter]:
     """(host syncs in training_step, host syncs in on_train_epoch_end) over ``epochs`` x ``steps`` steps."""
-    in_steps, at_epoch_ends = HostSyncs(monkeypatch), HostSyncs(monkeypatch)
-    module.training_step = in_steps.counting(module.training_step)
-    module.on_train_epoch_end = at_epoch_ends.counting(module.on_train_epoch_end)
-    trainer = fit(cfg, module, max_epochs=epochs, limit_train_batches=steps, limit_val_batches=0)
+    with HostSyncs() as in_steps, HostSyncs() as at_epoch_ends:
+        module.training_step = in_steps.counting(module.training_step)
+        module.on_train_epoch_end = at_epoch_ends.counting(module.on_train_epoch_end)
+        trainer = fit(cfg, module, max_epochs=epochs, limit_train_batches=steps, limit_val_batches=0)
     assert trainer.global_step == epochs * steps
     return in_steps.seen, at_epoch_ends.seen
 
 
 @pytest.mark.parametrize("rung", ["patch4", "stochastic_depth"])  # stochastic_depth: MixUp/CutMix, smoothing, drop path
-def test_training_steps_make_no_host_syncs(tiny_cfg, monkeypatch, rung):
+def test_training_steps_make_no_host_syncs(tiny_cfg, rung):
     cfg = tiny_cfg(rung, "profile.epoch_scale=0.02")
-    step_counts, epoch_counts = count_syncs(monkeypatch, cfg, module_for(cfg), epochs=2, steps=4)
+    step_counts, epoch_counts = count_syncs(cfg, module_for(cfg), epochs=2, steps=4)
     assert step_counts == {}, f"host syncs in training_step: {dict(step_counts)}"
     # Per epoch, not per step: the divergence check reads the epoch's loss (one item()), and logging the epoch's
     # metrics makes a tensor or two from Python numbers.
     assert epoch_counts["aten._local_scalar_dense"] == 2 and sum(epoch_counts.values()) <= 2 * 3, dict(epoch_counts)
 
 
-def test_the_sync_counter_catches_a_sync(tiny_cfg, monkeypatch):
+def test_the_sync_counter_catches_a_sync(tiny_cfg):
     cfg = tiny_cfg("patch4")
     module = module_for(cfg)
     step = module.training_step
@@ -152,7 +152,7 @@ def test_the_sync_counter_catches_a_sync(tiny_cfg, monkeypatch):
         return loss
 
     module.training_step = syncing_step
-    step_counts, _ = count_syncs(monkeypatch, cfg, module, epochs=1, steps=3)
+    step_counts, _ = count_syncs(cfg, module, epochs=1, steps=3)
     assert step_counts == {"aten._local_scalar_dense": 6}  # an item() and a bool() per step
 
 

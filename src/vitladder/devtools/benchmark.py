@@ -4,8 +4,9 @@ Four figures per model width, each the median of several alternating rounds:
 
 - **project images/s**: ``RecipeModule`` fed by ``ImageDataModule``'s ``DeviceBatches`` through
   ``L.Trainer.fit`` (no logger, no checkpointing, no progress bar), steady-state steps only;
-- **bare images/s**: the same ``build_vit`` model, optimizer, loss, batches, precision and device in a
-  plain ``for`` loop. Their ratio is Lightning's (and the module's) overhead;
+- **bare images/s**: the same ``build_vit`` model, optimizer (fused or not, as the run's CUDA choices say), loss,
+  batches, precision (fp16 with a loss scaler, as Lightning's 16-mixed) and device in a plain ``for`` loop. Their
+  ratio is Lightning's (and the module's) overhead;
 - **data share**: iterating ``DeviceBatches`` alone (gather, crop, flip, normalise) over a project step;
 - **analysis / forward**: ``analyse`` (attention captured, per-head metrics, example image) over
   1,000 images against a plain forward pass over the same images;
@@ -26,7 +27,6 @@ import platform
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -37,15 +37,15 @@ from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 
 from vitladder.config import compose_rung
+from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.augment import CIFAR10_STATS, normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.data.stats import ChannelStats
 from vitladder.devtools.syncs import HostSyncs
-from vitladder.devtools.timing import StepClock, time_steps
+from vitladder.devtools.timing import StepClock, bare_step, time_steps
 from vitladder.model import ViTConfig, build_vit, num_parameters
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
-from vitladder.training.module import optimizer_kwargs, use_tensor_cores
 from vitladder.training.run import build_module
 
 __all__ = [
@@ -89,6 +89,7 @@ class BenchSettings:
     analysis_rounds: int = 3
     rung: str = "patch4"  # 64 patches, random crop + flip: the augmentation is part of every batch
     compile: bool = False
+    rehearse_cuda: bool = False  # speed.rehearse_cuda: a bf16 GPU's choices (bf16-mixed, fused AdamW) on any device
 
 
 def settings_for(width: str, device: str) -> BenchSettings:
@@ -124,20 +125,10 @@ def bench_config(s: BenchSettings) -> DictConfig:
             f"model.embed_dim={s.embed_dim}",
             f"trainer.accelerator={s.device}",
             f"speed.compile={str(s.compile).lower()}",
+            f"speed.rehearse_cuda={str(s.rehearse_cuda).lower()}",
             "analysis.enabled=false",
         ],
     )
-
-
-def _autocast(device: torch.device, precision: str):
-    """The autocast Lightning's precision plugin uses for ``precision`` (none for 32-true)."""
-    if precision == "bf16-mixed":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "16-mixed":
-        return torch.autocast(device.type, dtype=torch.float16)
-    if precision not in ("32-true", "32"):
-        raise ValueError(f"the bare loop does not support precision '{precision}'")
-    return nullcontext()
 
 
 def _vit_config(cfg: DictConfig, datamodule: ImageDataModule) -> ViTConfig:
@@ -194,6 +185,19 @@ def _trainer(cfg: DictConfig, s: BenchSettings, callback: L.Callback, **limits) 
     )
 
 
+def host_step_counts(optimizers: list[torch.optim.Optimizer]) -> set[int]:
+    """The ids of the step counts an optimizer keeps on the host on CUDA too, so that reading them is no device sync:
+    those of torch's AdamW unless it is fused or capturable (which keep them on the device and never read them)."""
+    return {
+        id(optimizer.state[param]["step"])
+        for optimizer in optimizers
+        for group in optimizer.param_groups
+        if not (group.get("fused") or group.get("capturable"))
+        for param in group["params"]
+        if "step" in optimizer.state.get(param, {})
+    }
+
+
 class _CountSteps(L.Callback):
     """``HostSyncs`` on from the start of training batch ``warmup`` to the start of batch ``warmup + steps``, and
     over the evaluation batches after the first: whole steps (the batch fetched, every hook), no epoch ends."""
@@ -202,13 +206,7 @@ class _CountSteps(L.Callback):
         self.syncs, self.warmup, self.steps = syncs, warmup, steps
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        # AdamW's step counts: host tensors on CUDA too (or, fused, never read), so never a device sync.
-        self.syncs.exempt = {
-            id(state["step"])
-            for optimizer in trainer.optimizers
-            for state in optimizer.state.values()
-            if "step" in state
-        }
+        self.syncs.exempt = host_step_counts(trainer.optimizers)
         self.syncs.on = self.warmup <= batch_idx < self.warmup + self.steps
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -258,7 +256,7 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
     model = build_vit(_vit_config(cfg, datamodule)).to(device).train()
     if s.compile:
         model.compile()
-    use_tensor_cores()
+    use_tensor_cores(run_choices(cfg))
     optim = cfg.optim
     optimizer = create_optimizer_v2(
         model,
@@ -266,21 +264,12 @@ def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) ->
         lr=optim.lr,
         weight_decay=optim.weight_decay,
         betas=tuple(optim.betas),
-        **optimizer_kwargs(device),
+        **({"fused": True} if fused_adamw(cfg) else {}),
     )
     criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
-    autocast = _autocast(device, cfg.trainer.precision)
-    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))
-
-    def step() -> None:
-        images, labels = next(batches)  # (B, 3, H, W), (B,) on the device
-        with autocast:
-            loss = criterion(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return time_steps(step, s.warmup, s.steps, device)
+    step = bare_step(model, optimizer, criterion, device, cfg.trainer.precision)
+    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))  # (B, 3, H, W), (B,) on the device
+    return time_steps(lambda: step(*next(batches)), s.warmup, s.steps, device)
 
 
 def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:

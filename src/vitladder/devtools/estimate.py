@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 from vitladder.atomic import save_torch
 from vitladder.config import scaled_epochs
-from vitladder.devtools.timing import time_steps
+from vitladder.cuda_choices import fused_adamw, on_cuda
+from vitladder.devtools.timing import bare_step, time_steps
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.checkpoint_io import saves_in
 
@@ -29,25 +30,20 @@ class StepCost:
 
 
 @cache
-def step_cost(vit: ViTConfig, batch_size: int, device: str, folder: str) -> StepCost:
-    """Times a few AdamW steps of the model (on the CPU with at most 64 images, to stay short), then one save of
-    its weights and optimizer state (what last.ckpt holds) into a temporary folder in ``folder``."""
+def step_cost(
+    vit: ViTConfig, batch_size: int, device: str, folder: str, precision: str = "32-true", fused: bool = False
+) -> StepCost:
+    """Times a few AdamW steps of the model (on the CPU with at most 64 images, to stay short) in the run's
+    ``precision`` and AdamW (``fused`` or not), then one save of its weights and optimizer state (what last.ckpt
+    holds) into a temporary folder in ``folder``."""
     model = build_vit(vit).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
     batch = batch_size if device == "cuda" else min(batch_size, 64)
     images = torch.randn(batch, 3, vit.img_size, vit.img_size, device=device)
     labels = torch.randint(0, vit.num_classes, (batch,), device=device)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-
-    def step() -> None:
-        with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    step = bare_step(model, optimizer, torch.nn.functional.cross_entropy, torch.device(device), precision)
     # One warm-up step (allocations, kernel selection), two timed: on the CPU their median is their mean.
-    per_image = time_steps(step, warmup=1, steps=2, device=torch.device(device)) / batch
+    per_image = time_steps(lambda: step(images, labels), warmup=1, steps=2, device=torch.device(device)) / batch
     state = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
     with tempfile.TemporaryDirectory(dir=folder, prefix=".estimate-") as tmp:
         checkpoint_s = time_steps(lambda: save_torch(state, Path(tmp) / "last.ckpt"), 0, 1, torch.device(device))
@@ -66,7 +62,7 @@ class DataShape:
 
 
 def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
-    device = "cuda" if torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda") else "cpu"
+    device = "cuda" if on_cuda(cfg.trainer.accelerator) else "cpu"
     vit = ViTConfig(
         patch_size=int(cfg.model.patch_size),
         embed_dim=int(cfg.model.embed_dim),
@@ -76,7 +72,8 @@ def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
         img_size=data.image_size,
         num_classes=data.num_classes,
     )
-    cost = step_cost(vit, int(cfg.data.batch_size), device, str(existing_folder(Path(cfg.run_dir))))
+    folder = str(existing_folder(Path(cfg.run_dir)))
+    cost = step_cost(vit, int(cfg.data.batch_size), device, folder, str(cfg.trainer.precision), fused_adamw(cfg))
     epochs, _ = scaled_epochs(cfg)
     epoch_s = (data.num_train + EVAL_COST * data.num_val) * cost.per_image_s
     saves = saves_in(epochs, epoch_s, int(cfg.checkpoint.every_n_epochs), float(cfg.checkpoint.min_interval_s))

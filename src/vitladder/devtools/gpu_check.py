@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from vitladder.analysis.outputs import read_csv
 from vitladder.atomic import write_json, write_text
 from vitladder.config import compose_rung, get_rung, scaled_epochs
+from vitladder.cuda_choices import fused_adamw, on_cuda, run_choices
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.devtools.benchmark import BenchSettings, time_loop_costs, time_project
 from vitladder.devtools.estimate import EVAL_COST
@@ -228,18 +229,18 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds, which is rewritten
     after each phase (a crash keeps what was measured, and says in which phase it came)."""
     clock = Clock(options.budget_s)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    base = compose(options)
+    device = "cuda" if on_cuda(base.trainer.accelerator) else "cpu"
     if device == "cpu" and not options.smoke:
         raise UserError("no CUDA device is visible: run this on a GPU machine, or --smoke for the CPU rehearsal")
-    base = compose(options)
     precision = str(base.trainer.precision)
+    choices = {"fused_adamw": fused_adamw(base), "tf32": run_choices(base).tf32}  # what the run takes (cuda_choices)
     result = {
         **device_info(),
         "smoke": options.smoke,
         "budget_s": options.budget_s,
         "precision": precision,
-        "fused_adamw": device == "cuda",
-        "tf32": device == "cuda",
+        **choices,
         "batch_size": int(base.data.batch_size),
         "width": int(base.model.embed_dim),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -271,8 +272,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
             "images_per_s": round(measured[best_speed].images_per_s, 1),
             "compile": SETTINGS[best_speed],
             "precision": precision,
-            "fused_adamw": device == "cuda",
-            "tf32": device == "cuda",
+            **choices,
         },
         targets={**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
         host_syncs_per_step=loop["host_syncs_per_step"],

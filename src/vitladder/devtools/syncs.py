@@ -1,15 +1,24 @@
 """Counting host syncs: the points where the host waits for the device, which a training loop should not have.
 
-On CUDA the host runs ahead of the device, queueing kernels; any call that needs a tensor's value on the host
-(``.item()``, ``if tensor:``, ``float(tensor)``, ``.tolist()``, ``.cpu()``, ``.numpy()``) makes it wait for the
-queue to drain. ``HostSyncs`` counts those calls while it is switched on, by wrapping these methods of
-``torch.Tensor``, so the count is the same on the CPU, where nothing waits, as on CUDA. On CUDA it also counts
-what ``torch.cuda.set_sync_debug_mode("warn")`` reports: the synchronising operations inside torch that no Python
-method shows (``nonzero``, indexing with a mask, a copy to the host). Not seen on the CPU: those operations, and
-``tensor.to("cpu")`` (on the CPU every tensor is already there).
+On CUDA the host runs ahead of the device, queueing kernels; an operation that needs a tensor's value on the host
+makes it wait for the queue to drain. ``HostSyncs`` counts those operations by what they are, so the count is the
+same on the CPU, where nothing waits, as on CUDA:
 
-Tensors in ``exempt`` (by id) are not counted: those that live on the host on CUDA too, such as the step counts
-of torch's non-fused AdamW, which it reads with ``.item()`` (fused AdamW keeps them on the device, unread).
+- the operators that sync on CUDA, seen through a TorchDispatchMode (every operator torch runs, below autograd and
+  autocast, the ones inside torch's own functions too): a value read by the host (``item()``, ``bool()``,
+  ``int()``, ``float()``, formatting, ``torch.equal``), a tensor made from Python data (``torch.tensor``,
+  ``as_tensor``, a Python weight: copied to the device on CUDA) and outputs sized by the data (a boolean mask,
+  ``nonzero``, ``masked_select``, ``unique``, ``bincount``);
+- the ``torch.Tensor`` methods that copy to the host without an operator on the CPU (``cpu``, ``tolist``,
+  ``numpy``);
+- on CUDA, also what ``torch.cuda.set_sync_debug_mode("warn")`` reports (``cuda``), and there an operator on a
+  tensor that is on the host anyway is not counted.
+
+Tensors in ``exempt`` (by id) are not counted: those that live on the host on CUDA too, such as the step counts of
+torch's non-fused AdamW, which it reads with ``.item()`` (fused AdamW keeps them on the device, unread).
+
+``torch.utils._python_dispatch`` is private: tests/devtools/test_syncs.py counts known syncs through it, so a change
+there fails that test rather than counting nothing.
 """
 
 from __future__ import annotations
@@ -20,31 +29,48 @@ from collections.abc import Callable
 from functools import wraps
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["SYNCING_METHODS", "HostSyncs"]
+__all__ = ["COPIES", "SYNCS", "HostSyncs"]
 
-# The torch.Tensor methods that hand a value to the host.
-SYNCING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+# The operators that make the host wait on CUDA (under inference mode bool() and item() reach the dispatcher
+# undecomposed, as is_nonzero and item).
+SYNCS = {
+    "aten._local_scalar_dense",
+    "aten.is_nonzero",
+    "aten.item",
+    "aten.equal",
+    "aten.lift_fresh",
+    "aten.nonzero",
+    "aten.masked_select",
+    "aten._unique2",
+    "aten.unique_dim",
+    "aten.unique_consecutive",
+    "aten.bincount",
+}
+MASKED = {"aten.index", "aten.index_put", "aten.index_put_"}  # syncs when an index is a boolean mask
+COPIES = ("cpu", "tolist", "numpy")  # Tensor methods that copy to the host without an operator on the CPU
 _ABSENT = object()
 
 
-class HostSyncs:
-    """A context in which ``on`` switches counting on and off; ``calls`` counts by method, ``cuda`` the
-    synchronising operations CUDA's debug mode reported (None off CUDA)."""
+class HostSyncs(TorchDispatchMode):
+    """While entered, ``on`` switches counting on and off (or ``counting(function)`` counts while it runs);
+    ``seen`` counts by operator or method, ``cuda`` what CUDA's sync debug mode reported (None off CUDA)."""
 
-    def __init__(self, cuda: bool | None = None) -> None:
-        self.calls: Counter[str] = Counter()
-        self.cuda: int | None = 0 if (torch.cuda.is_available() if cuda is None else cuda) else None
+    def __init__(self, cuda: bool = False) -> None:
+        super().__init__()
+        self.seen: Counter[str] = Counter()
+        self.on_cuda = cuda  # the counted steps run on a CUDA GPU
+        self.cuda: int | None = 0 if cuda else None
         self.exempt: set[int] = set()  # ids of host-side tensors (see the module's docstring)
         self._on = False
-        self._depth = 0  # a counted method that calls another counts once
         self._saved: dict[str, object] = {}
         self._warnings: list[warnings.WarningMessage] = []
         self._catch: warnings.catch_warnings | None = None
 
     @property
     def total(self) -> int:
-        return sum(self.calls.values())
+        return sum(self.seen.values())
 
     @property
     def on(self) -> bool:
@@ -55,37 +81,63 @@ class HostSyncs:
         if value == self._on:
             return
         self._on = value
-        if self.cuda is not None:
+        if self.on_cuda:
             torch.cuda.set_sync_debug_mode("warn" if value else "default")
-            if not value:
+            if not value:  # what the debug mode reported while on
                 self.cuda += sum("synchronizing" in str(w.message) for w in self._warnings)
-                self._warnings.clear()
+            self._warnings.clear()
 
-    def _wrap(self, name: str, method: Callable) -> Callable:
+    def counting(self, function: Callable) -> Callable:
+        """``function``, counted while it runs (inside the entered counter)."""
+
+        @wraps(function)
+        def counted(*args, **kwargs):
+            was, self.on = self.on, True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.on = was
+
+        return counted
+
+    def _counts(self, tensor: object) -> bool:
+        """Whether an operation on ``tensor`` syncs: a device tensor (every tensor, off CUDA), not exempt."""
+        if not isinstance(tensor, torch.Tensor):
+            return True
+        return id(tensor) not in self.exempt and not (self.on_cuda and tensor.device.type == "cpu")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._on:
+            name = str(func.overloadpacket)
+            masked = name in MASKED and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None
+            )
+            if (name in SYNCS or masked) and self._counts(args[0] if args else None):
+                self.seen[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    def _counting_copy(self, name: str, method: Callable) -> Callable:
         @wraps(method)
         def counted(tensor, *args, **kwargs):
-            if self._on and self._depth == 0 and id(tensor) not in self.exempt:
-                self.calls[name] += 1
-            self._depth += 1
-            try:
-                return method(tensor, *args, **kwargs)
-            finally:
-                self._depth -= 1
+            if self._on and self._counts(tensor):
+                self.seen[f"Tensor.{name}"] += 1
+            return method(tensor, *args, **kwargs)
 
         return counted
 
     def __enter__(self) -> HostSyncs:
-        for name in SYNCING_METHODS:
+        for name in COPIES:
             self._saved[name] = torch.Tensor.__dict__.get(name, _ABSENT)
-            setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
-        if self.cuda is not None:
+            setattr(torch.Tensor, name, self._counting_copy(name, getattr(torch.Tensor, name)))
+        if self.on_cuda:
             self._catch = warnings.catch_warnings(record=True)
             self._warnings = self._catch.__enter__()
             warnings.simplefilter("always")
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc) -> None:
         self.on = False
+        super().__exit__(*exc)
         if self._catch is not None:
             self._catch.__exit__(*exc)
             self._catch = None

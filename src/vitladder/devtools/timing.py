@@ -1,4 +1,5 @@
-"""The one timed step of the developer tools: seconds per step after a warm-up, the device synchronised.
+"""The one timed step of the developer tools: seconds per step after a warm-up, the device synchronised; and the
+plain PyTorch training step they time beside the project's (``bare_step``).
 
 ``StepClock`` timestamps the start of every step from step ``warmup`` to step ``warmup + steps``, so a step's
 time includes everything between two starts (fetching its batch, every hook). On the CPU the figure is the
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from contextlib import nullcontext
 from time import perf_counter
 
 import torch
+from torch import Tensor, nn
 
-__all__ = ["StepClock", "sync", "time_steps"]
+__all__ = ["StepClock", "bare_step", "sync", "time_steps"]
 
 
 def sync(device: torch.device) -> None:
@@ -65,3 +68,32 @@ def time_steps(step: Callable[[], object], warmup: int, steps: int, device: torc
             break
         index += 1
     return clock.seconds_per_step()
+
+
+def bare_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, device: torch.device, precision: str
+) -> Callable[[Tensor, Tensor], None]:
+    """One plain PyTorch training step of ``model`` in a run's ``trainer.precision``, as Lightning's precision plugin
+    takes it: bf16 or fp16 autocast, and under 16-mixed a loss scaler (the loss scaled up for backward, the
+    gradients unscaled in the optimizer's step, inside fused AdamW's kernel, and the step skipped on an overflow)."""
+    if precision in ("bf16-mixed", "16-mixed"):
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16-mixed" else torch.float16)
+    elif precision in ("32-true", "32"):
+        autocast = nullcontext()
+    else:
+        raise ValueError(f"the bare step does not support precision '{precision}'")
+    scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
+
+    def step(images: Tensor, labels: Tensor) -> None:
+        with autocast:
+            loss = loss_fn(model(images), labels)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step

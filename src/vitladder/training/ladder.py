@@ -79,6 +79,19 @@ def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
     return [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
 
 
+def check_placements(runs: Sequence[PlannedRun]) -> None:
+    """Every run's devices and batch checked before the first run trains (training.run.check_placement), so that a
+    ladder a rung of which cannot train on them (an odd batch per device under MixUp/CutMix, say) stops at once, in
+    one line naming that rung, instead of after the rungs below it."""
+    from vitladder.training.run import check_placement
+
+    for run in runs:
+        try:
+            check_placement(run.cfg)
+        except UserError as error:
+            raise UserError(f"{run.rung} (seed {run.seed}): {error}") from None
+
+
 def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
     """The ladder on a rank other than 0 (training/ranks.py): the runs rank 0 trains, in its order (the ranks
     meet in every fit), and nothing else. Lightning starts this rank inside rank 0's first fit, so its plan
@@ -97,10 +110,12 @@ def run_ladder(
 ) -> list[dict]:
     """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
     A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
-    trained afresh), and so does an estimate over ``max_seconds`` (None: no limit), saying how to go on."""
+    trained afresh), and so do a run its devices cannot train (check_placements) and an estimate over
+    ``max_seconds`` (None: no limit), saying how to go on."""
     from vitladder.run_folder import read_summary
 
     todo = runs_to_train(runs)
+    check_placements(todo)
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
     expected = estimate([run.cfg for run in todo]) if todo else []

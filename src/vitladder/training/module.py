@@ -15,7 +15,6 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from vitladder.cuda_choices import CudaChoices, cuda_choices
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.resume import seed_epoch
@@ -47,18 +46,6 @@ def build_mixup(
         label_smoothing=label_smoothing,
         num_classes=num_classes,
     )
-
-
-def use_tensor_cores(choices: CudaChoices | None = None) -> None:
-    """TF32 for float32 matrix products where ``choices`` take it (default: this machine's for a run on any
-    accelerator). Set before a trainer starts, so Lightning finds it set."""
-    if (choices or cuda_choices()).tf32:
-        torch.set_float32_matmul_precision("high")
-
-
-def optimizer_kwargs(device: torch.device, clipping: bool = False) -> dict:
-    """timm's AdamW arguments on ``device`` (the benchmark's bare loop takes the run's choice through here)."""
-    return {"fused": True} if cuda_choices(device.type).fused_adamw(clipping) else {}
 
 
 class RecipeModule(L.LightningModule):

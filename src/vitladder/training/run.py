@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
-from vitladder.cuda_choices import cuda_choices
+from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
@@ -23,7 +23,7 @@ from vitladder.training.axes import axis_callbacks
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
 from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger
-from vitladder.training.module import RecipeModule, TrainingDiverged, mixes, use_tensor_cores
+from vitladder.training.module import RecipeModule, TrainingDiverged, mixes
 from vitladder.training.provenance import write_provenance
 from vitladder.training.ranks import started_for_another_rank
 from vitladder.training.recipe import changed_recipe_message, compare_folder, dropped_message, move_aside
@@ -37,8 +37,7 @@ log = logging.getLogger(__name__)
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
     """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
-    choices = cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
-    use_tensor_cores(choices)
+    use_tensor_cores(run_choices(cfg))
     model = {**OmegaConf.to_container(cfg.model, resolve=True), "num_classes": data.num_classes}
     return RecipeModule(
         model={**model, "img_size": check_patch_size(int(cfg.model.patch_size), data.image_size)},
@@ -50,7 +49,7 @@ def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
         steps_per_epoch=data.steps_per_epoch,
         normalization=data.stats.to_dict(),
         compile=bool(cfg.speed.compile),
-        fused_adamw=choices.fused_adamw(clipping=bool(cfg.trainer.gradient_clip_val)),
+        fused_adamw=fused_adamw(cfg),
         seed=int(cfg.seed),
     )
 
@@ -115,6 +114,14 @@ def world_size(cfg: DictConfig) -> int:
     return probe.world_size
 
 
+def check_placement(cfg: DictConfig) -> None:
+    """Refuses a run its devices cannot train, in one line, before anything is written: a placement Lightning
+    rejects, a spawn or fork strategy, or a global batch that does not split over the devices (into even batches
+    under MixUp/CutMix). The ladder checks every run it will train before the first trains."""
+    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
+    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
+
+
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
     """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
     loggers, callbacks and plugins."""
@@ -171,9 +178,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         return read_summary(paths.root)
     check_wandb_mode(cfg.wandb.mode)
     started = time.time()
-    # The global batch must split over the devices, into even batches under MixUp/CutMix.
-    mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
-    per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
+    check_placement(cfg)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.prepare_data()  # bad data fails here, before the run folder exists
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
