@@ -16,10 +16,12 @@ def main(cfg: DictConfig) -> float:
     require_rung(cfg.rung)
     overrides = list(HydraConfig.get().overrides.task)
     validate(cfg, overrides)  # again in the job: a multirun or SLURM job may not come from this command line
+    from vitladder.training.ranks import started_for_another_rank
     from vitladder.training.run import train_rung  # heavy imports after Hydra has parsed the command line
 
     summary = train_rung(cfg, overrides=overrides)
-    print(f"{cfg.rung}: test accuracy {summary['test_acc']:.2%}, outputs in {cfg.run_dir}")
+    if not started_for_another_rank():  # rank 0 says it once
+        print(f"{cfg.rung}: test accuracy {summary['test_acc']:.2%}, outputs in {cfg.run_dir}")
     return summary["test_acc"]
 
 

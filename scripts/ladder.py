@@ -49,13 +49,19 @@ def main(argv: list[str] | None = None) -> None:
     summaries = run_ladder(runs, train_rung, estimate_ladder, max_seconds=None if args.yes else LONG_LADDER_S)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent
     final = next(run for run in runs if run.rung == runs[-1].rung)  # the top rung, first seed
+    demo_failure = None
     if not (final.run_dir / "demo" / "index.html").exists():
-        print(f"browser demo: {export_demo(final.run_dir)}")
+        try:
+            print(f"browser demo: {export_demo(final.run_dir)}")
+        except Exception as error:  # the report and its W&B run come first; the command then fails with this
+            demo_failure = error
     report = build_report(ladder_dir)
     log_report_to_wandb(
         ladder_dir, project=cfg.wandb.project, group=cfg.ladder, mode=cfg.wandb.mode, entity=cfg.wandb.entity
     )
     print(f"ladder '{cfg.ladder}' finished: {len(summaries)} runs; report in {report}")
+    if demo_failure is not None:
+        raise demo_failure
 
 
 if __name__ == "__main__":

@@ -181,6 +181,7 @@ _ABSENT = object()
 # theirs in its Config (config_schema.source_key)
 RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("data.batch_size", lambda v: v >= 1, "at least 1", "64"),
+    ("data.eval_batch_size", lambda v: v >= 1, "at least 1", "1000"),
     ("data.val_size", lambda v: v >= 0, "at least 0 (0: no validation, every training image trains)", "5000"),
     ("data.train_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
     ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),

@@ -56,6 +56,7 @@ class DataConfig:
 
     source: str = MISSING
     batch_size: int = MISSING
+    eval_batch_size: int = MISSING  # outside the recipe: evaluation batches change no result
     val_size: int = MISSING
     split_seed: int = MISSING
     train_subset: int | None = MISSING

@@ -84,3 +84,12 @@ def test_training_batches_take_the_rungs_augmentation_and_this_processs_share(tm
     train, val = dm.train_dataloader(), dm.val_dataloader()
     assert (train.rank, train.world_size, train.batch_size) == (1, 2, 8)  # half of the global batch
     assert (val.rank, val.world_size) == (1, 2)
+
+
+def test_evaluation_takes_batches_of_its_own_size_shared_over_the_devices(tmp_path) -> None:
+    dm = datamodule("mixup_cutmix", tmp_path, "data.eval_batch_size=25")
+    assert [len(labels) for _, labels in dm.val_dataloader()] == [25, 5]  # 30 images, the last batch kept
+    assert dm.train_dataloader().batch_size == 16
+    dm.trainer = SimpleNamespace(global_rank=0, world_size=3)  # an odd share is fine: nothing mixes here
+    val, test = dm.val_dataloader(), dm.test_dataloader()
+    assert (val.batch_size, test.batch_size) == (8, 8)

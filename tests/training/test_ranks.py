@@ -211,6 +211,19 @@ def test_make_ladder_on_2_ranks_killed_in_a_rung_resumes_it(repo_root, tmp_path,
     assert not list(ladder.folder.rglob(".*.tmp")), "the killed write's temporary file is removed"
 
 
+@pytest.mark.slow
+def test_train_py_on_2_ranks_says_its_result_once_and_only_rank_0_writes(repo_root, tmp_path, child_env):
+    ladder = RankedLadder(repo_root, tmp_path, child_env(), devices=2)
+    result = subprocess.run(
+        [sys.executable, "train.py", "step=epochs200", *ladder.overrides],
+        cwd=repo_root, env={**ladder.env, "RANKS_TEST_DELAY": "0"}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert result.stdout.count("epochs200: test accuracy") == 1, result.stdout[-3000:]
+    by_rank = ladder.records()
+    assert sorted(by_rank) == ["0", "1"] and [r for r in by_rank["1"] if r["event"] != "start"] == []
+
+
 def test_the_launchers_rank_variables_name_another_rank(monkeypatch):
     for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         monkeypatch.delenv(name, raising=False)

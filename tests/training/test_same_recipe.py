@@ -38,6 +38,7 @@ def test_changes_list_recipe_keys_only():
         ("optim.lr", 0.002, 0.5),
     ]
     assert not in_recipe("wandb.project") and not in_recipe("analysis.batch_size") and in_recipe("analysis.num_images")
+    assert not in_recipe("data.eval_batch_size") and in_recipe("data.batch_size")
     assert in_recipe("trainer.gradient_clip_val") and in_recipe("data.batch_size") and in_recipe("wandb_like")
 
 
@@ -78,6 +79,7 @@ def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
         "trainer.log_every_n_steps=1",
         "wandb.mode=disabled",
         "analysis.batch_size=7",
+        "data.eval_batch_size=3",
         "speed.compile=true",
     )
     assert train_rung(outside) == first

@@ -152,7 +152,8 @@ class ImageDataModule(L.LightningDataModule):
         return DeviceBatches(
             split.images,
             split.labels,
-            per_device_batch(int(self.cfg.batch_size), world_size),
+            # Evaluation batches: each device takes its share of the global eval batch; none is dropped.
+            per_device_batch(int(self.cfg.batch_size), world_size) if train else self._eval_batch(world_size),
             shuffle=train,
             augment=train and (int(self.cfg.random_crop_padding) > 0 or bool(self.cfg.horizontal_flip)),
             crop_padding=int(self.cfg.random_crop_padding),
@@ -163,6 +164,9 @@ class ImageDataModule(L.LightningDataModule):
             world_size=world_size,
             stats=self.stats,
         )
+
+    def _eval_batch(self, world_size: int) -> int:
+        return max(1, int(self.cfg.eval_batch_size) // world_size)
 
     def train_dataloader(self) -> DeviceBatches:
         return self._batches(self.train, train=True)
