@@ -40,6 +40,12 @@
 
   const state = { image: 0, patch: (G >> 1) * G + (G >> 1), mode: 'patch', locked: false, overlay: null };
   const rowCol = (p) => `row ${Math.floor(p / G)}, column ${p % G}`;
+  function patchAt(canvas, event) {  // the patch under the pointer on a canvas that shows the G x G grid
+    const r = canvas.getBoundingClientRect();
+    const col = Math.min(G - 1, Math.max(0, Math.floor(((event.clientX - r.left) / r.width) * G)));
+    const row = Math.min(G - 1, Math.max(0, Math.floor(((event.clientY - r.top) / r.height) * G)));
+    return row * G + col;
+  }
   const pct = (x) => `${(100 * x).toFixed(1)}%`;
 
   // ---- the grid of maps: one G x G canvas per (layer, column), scaled up by CSS with
@@ -210,12 +216,9 @@
       + `${rho >= 0 ? '+' : ''}${rho.toFixed(2)} (strongly negative: grid-like; about 0: no grid).`
     : 'One patch: no correlation with distance.';
   position.addEventListener('pointermove', (e) => {
-    const r = position.getBoundingClientRect();
-    const col = Math.min(G - 1, Math.max(0, Math.floor(((e.clientX - r.left) / r.width) * G)));
-    const row = Math.min(G - 1, Math.max(0, Math.floor(((e.clientY - r.top) / r.height) * G)));
-    const value = posValue(posCodes[state.patch * N + row * G + col]);
+    const p = patchAt(position, e);
     $('map-info').textContent = `Position embeddings: patch (${rowCol(state.patch)}) and patch `
-      + `(${rowCol(row * G + col)}) have cosine similarity ${value.toFixed(2)}.`;
+      + `(${rowCol(p)}) have cosine similarity ${posValue(posCodes[state.patch * N + p]).toFixed(2)}.`;
   });
   position.addEventListener('pointerleave', () => { $('map-info').textContent = '\u00a0'; });
 
@@ -268,17 +271,11 @@
   }
 
   // Pointer: hovering moves the query patch unless it is pinned (or the CLS maps are shown).
-  function patchAt(event) {
-    const r = view.getBoundingClientRect();
-    const col = Math.min(G - 1, Math.max(0, Math.floor(((event.clientX - r.left) / r.width) * G)));
-    const row = Math.min(G - 1, Math.max(0, Math.floor(((event.clientY - r.top) / r.height) * G)));
-    return row * G + col;
-  }
   view.addEventListener('pointermove', (e) => {
-    if (!state.locked && state.mode === 'patch') setPatch(patchAt(e));
+    if (!state.locked && state.mode === 'patch') setPatch(patchAt(view, e));
   });
   view.addEventListener('click', (e) => {
-    const p = patchAt(e);
+    const p = patchAt(view, e);
     state.locked = state.mode === 'cls' || p !== state.patch || !state.locked;
     state.patch = p;
     state.mode = 'patch';
