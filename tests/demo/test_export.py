@@ -15,6 +15,7 @@ from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import load_model, load_run_config
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
 from vitladder.analysis.metrics import attention_rollout
+from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.data.augment import normalize
 from vitladder.demo.export import STATIC_FILES, export_demo
 from vitladder.demo.pack import decode_array, read_data_js
@@ -65,6 +66,20 @@ def test_exported_numbers_are_the_models(demo_run: Path, demo_index: Path) -> No
         assert decode_array(image["pixels"], "u1").size == 32 * 32 * 3
 
 
+def test_exported_position_similarity_is_the_models(demo_run: Path, demo_index: Path) -> None:
+    data = read_data_js(demo_index.parent / "data.js")
+    N = data["grid"] ** 2
+    position = data["position"]
+    truth = position_similarity(patch_position_embeddings(load_model(demo_run)[0]))  # (N, N)
+    codes = decode_array(position["similarity"], "u1", (N, N))
+    assert (position["low"], position["high"]) == (-1.0, 1.0)
+    values = position["low"] + codes / 255 * (position["high"] - position["low"])
+    assert np.abs(values - truth.numpy()).max() <= 1 / 255 + 1e-6  # half a step of the fixed scale
+    assert (np.diag(codes) == 255).all() and codes.min() < 255
+    assert position["grid_correlation"] == pytest.approx(grid_correlation(truth, data["grid"]))
+    assert len(position["similarity"]) == 4 * -(-N * N // 3)  # N x N bytes in base64, whatever the images
+
+
 def test_export_of_a_bare_model_pt_and_patch_8(make_run, tiny_data: list[str], tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs", rung="patch8", patch_size=8, done=False)
     model_pt = tmp_path / "model.pt"
@@ -76,6 +91,7 @@ def test_export_of_a_bare_model_pt_and_patch_8(make_run, tiny_data: list[str], t
     assert data["test_acc"] is None  # no done.json: the page says so instead of inventing a number
     codes = decode_array(data["images"][0]["attn"], "u1", (7, 7, 17, 16))
     assert (codes.max(axis=-1) == 255).all()
+    assert (np.diag(decode_array(data["position"]["similarity"], "u1", (16, 16))) == 255).all()  # 4 x 4 grid
 
 
 def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> None:

@@ -8,8 +8,10 @@ import torch
 from vitladder.demo.pack import (
     colormap_lut,
     decode_array,
+    dequantise_range,
     dequantise_rows,
     encode_array,
+    quantise_range,
     quantise_rows,
     read_data_js,
     render_data_js,
@@ -32,6 +34,15 @@ def test_round_trip_is_within_half_a_step() -> None:
     step = scale.unsqueeze(-1) / 255
     assert ((back - attn).abs() <= step / 2 + 1e-7).all()
     assert (codes.amax(dim=-1) == 255).all()
+
+
+def test_quantise_range_puts_a_fixed_scale_on_the_bytes() -> None:
+    values = torch.tensor([-1.0, -0.5, 0.25, 1.0, 1.0000001, -3.0])  # outside the range: clamped
+    codes = quantise_range(values, -1.0, 1.0)
+    assert codes.dtype == torch.uint8 and codes.tolist() == [0, 64, 159, 255, 255, 0]  # (v + 1) / 2 * 255, rounded
+    similarity = torch.rand(64, 64) * 2 - 1
+    back = dequantise_range(quantise_range(similarity, -1.0, 1.0), -1.0, 1.0)
+    assert ((back - similarity).abs() <= 1 / 255 + 1e-6).all()  # half of a step of 2 / 255
 
 
 def test_arrays_survive_base64_in_data_js(tmp_path) -> None:

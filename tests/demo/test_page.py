@@ -14,6 +14,7 @@ import torch
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import load_model, load_run_config
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
+from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.data.augment import normalize
 from vitladder.demo.pack import decode_array, read_data_js
 
@@ -116,6 +117,43 @@ def test_a_map_pixel_is_the_models_attention(demo_page, data: dict, demo_run: Pa
         truth = attn[layer, head, query, 1:]
         values = codes / 255 * truth.max()
         assert np.abs(values - truth).max() <= 1.5 * truth.max() / 255, (layer, head)
+    assert demo_page.errors == []
+
+
+def test_the_position_map_is_the_hovered_patchs_similarity(demo_page, data: dict, demo_run: Path) -> None:
+    """Pixels -> the bytes of data.js (through the colour table) -> the cosine similarity of the model's own
+    position embeddings, within half a step of the fixed [-1, 1] scale; the patch itself is the one 1."""
+    page, G = demo_page.page, data["grid"]
+    N = G * G
+    model, _ = load_model(demo_run)
+    truth = position_similarity(patch_position_embeddings(model))  # (N, N)
+    lut = decode_array(data["lut"], "u1", (256, 3))
+    codes = decode_array(data["position"]["similarity"], "u1", (N, N))
+    caption = page.inner_text("#position-caption")
+    drawn = []
+    for row, col in [(0, 0), (5, 6), (2, 3)]:
+        patch = row * G + col
+        hover(page, G, row, col)
+        assert page.get_attribute("#position", "data-patch") == str(patch)
+        pixels = pixels_of(page, "#position")  # (N, 3)
+        np.testing.assert_array_equal(pixels, lut[codes[patch]])
+        values = -1 + codes[patch] / 255 * 2  # (N,)
+        assert np.abs(values - truth[patch].numpy()).max() <= 1 / 255 + 1e-6
+        assert values.argmax() == patch and values[patch] == 1.0 and (np.delete(values, patch) < 1).all()
+        assert (pixels[patch] == lut[255]).all() and (np.delete(pixels, patch, axis=0) != lut[255]).any(axis=1).all()
+        drawn.append(pixels)
+    assert not np.array_equal(drawn[0], drawn[1]) and not np.array_equal(drawn[1], drawn[2])
+    # The model's one number, once, in the caption, which hovering leaves alone.
+    rho = grid_correlation(truth, G)
+    assert data["position"]["grid_correlation"] == pytest.approx(rho)
+    assert f"{rho:+.2f} (strongly negative: grid-like" in caption and page.inner_text("#position-caption") == caption
+    assert page.inner_text("body").count("Spearman") == 1
+    # Pointing at a cell of the map reads its value.
+    box = page.locator("#position").bounding_box()
+    page.mouse.move(box["x"] + 6.5 * box["width"] / G, box["y"] + 1.5 * box["height"] / G)
+    value = -1 + codes[2 * G + 3, 1 * G + 6] / 255 * 2
+    info = page.inner_text("#map-info")
+    assert f"patch (row 2, column 3) and patch (row 1, column 6) have cosine similarity {value:.2f}" in info
     assert demo_page.errors == []
 
 

@@ -6,10 +6,15 @@ The folder holds ``index.html``, ``demo.css``, ``demo.js`` (copied from ``static
 ``data.js`` (this run's numbers, see :mod:`vitladder.demo.pack`). It needs no build step,
 no network and no server: open ``index.html`` from disk or serve the folder statically.
 The images are the first N of the run's own test split, as in the analysis (CIFAR-10's official order).
+
+``data.js`` holds the run's names and shape (``layers``, ``heads``, ``grid``, ``patch_size``, ``image_size``),
+``lut`` (the colours of the 256 bytes), ``images`` (per image, :func:`attention_payload`) and ``position``
+(the model's, :func:`position_payload`): about 300 KB an image at patch 4, and 5.5 KB for ``position``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -20,6 +25,7 @@ from torch import Tensor
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
 from vitladder.analysis.metrics import attention_rollout
+from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.atomic import write_text
 from vitladder.data.augment import CIFAR10_STATS, normalize
 from vitladder.data.stats import ChannelStats
@@ -27,17 +33,19 @@ from vitladder.demo.pack import (
     DATA_FORMAT,
     colormap_lut,
     encode_array,
+    quantise_range,
     quantise_rows,
     render_data_js,
 )
 from vitladder.errors import UserError
 from vitladder.run_folder import is_finished, read_summary
 
-__all__ = ["STATIC_FILES", "attention_payload", "default_out_dir", "export_demo"]
+__all__ = ["POSITION_RANGE", "STATIC_FILES", "attention_payload", "default_out_dir", "export_demo", "position_payload"]
 
 STATIC_FILES = ("index.html", "demo.css", "demo.js")
 BATCH = 64  # images per forward pass
 MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
+POSITION_RANGE = (-1.0, 1.0)  # cosine similarity on the analysis figure's fixed scale: one legend, runs compare
 
 
 def default_out_dir(meta: LoadedModel) -> Path:
@@ -83,6 +91,26 @@ def attention_payload(
     ]
 
 
+def position_payload(model: torch.nn.Module, grid: int) -> dict:
+    """The cosine similarity of every pair of the model's learned patch position embeddings, for the map of
+    the patch under the pointer (``analysis/position_embeddings.py``; Dosovitskiy et al. 2021, Fig. 7).
+
+    ``similarity`` is uint8 ``(N, N)``: row ``i`` is patch ``i``'s similarity to every patch, on the fixed
+    scale ``[low, high] = [-1, 1]`` (``quantise_range``: within 1/255), so its own cell is 255.
+    ``grid_correlation`` is Spearman's rho between two patches' similarity and their centres' distance
+    (null on a one-patch grid, where it has none). N x N bytes whatever the number of images.
+    """
+    similarity = position_similarity(patch_position_embeddings(model))  # (N, N)
+    rho = grid_correlation(similarity, grid)
+    low, high = POSITION_RANGE
+    return {
+        "similarity": encode_array(quantise_range(similarity, low, high), "u1"),
+        "low": low,
+        "high": high,
+        "grid_correlation": rho if math.isfinite(rho) else None,
+    }
+
+
 def _done(meta: LoadedModel) -> dict:
     if meta.run_dir is None or not is_finished(meta.run_dir):
         return {}
@@ -123,6 +151,7 @@ def export_demo(
         "patch_size": vit.patch_size,
         "image_size": vit.img_size,
         "lut": encode_array(colormap_lut(), "u1"),
+        "position": position_payload(model, vit.img_size // vit.patch_size),
         "images": [
             entry
             for start in range(0, len(images), BATCH)  # batches bound the float maps' memory

@@ -3,8 +3,12 @@
 Every map the page draws is scaled to its own maximum, so a row of attention is stored as
 its maximum (float32) and its values as ``round(255 * a / max)`` (uint8): the page uses the
 bytes directly as colour indices, and ``value = byte / 255 * max`` recovers the attention to
-within ``max / 510``. Arrays travel as base64 inside ``data.js``, which sets a global: pages
-opened from ``file://`` may load scripts but, in Chromium, may not fetch JSON.
+within ``max / 510``. Values with a range of their own (the cosine similarity of position
+embeddings, in ``[-1, 1]``) are stored on that fixed scale instead, ``round(255 * (v - low) / (high - low))``,
+so that every map shares one legend; ``value = low + byte / 255 * (high - low)`` recovers them to within
+``(high - low) / 510``. Arrays travel as base64 inside ``data.js``, which sets a global: pages
+opened from ``file://`` may load scripts but, in Chromium, may not fetch JSON. What each array of a
+run's ``data.js`` holds, and its shape, is in :mod:`vitladder.demo.export`.
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ __all__ = [
     "GLOBAL_NAME",
     "colormap_lut",
     "decode_array",
+    "dequantise_range",
     "dequantise_rows",
     "encode_array",
+    "quantise_range",
     "quantise_rows",
     "read_data_js",
     "render_data_js",
 ]
 
-DATA_FORMAT = "vitladder-demo/1"
+DATA_FORMAT = "vitladder-demo/2"  # 2: the position embeddings' similarity
 GLOBAL_NAME = "VITLADDER_DEMO"
 
 
@@ -49,6 +55,17 @@ def quantise_rows(values: Tensor) -> tuple[Tensor, Tensor]:
 def dequantise_rows(codes: Tensor, scale: Tensor) -> Tensor:
     """The inverse of :func:`quantise_rows`, exact to within ``scale / 510`` per entry."""
     return codes.float() / 255 * scale.float().unsqueeze(-1)
+
+
+def quantise_range(values: Tensor, low: float, high: float) -> Tensor:
+    """Values on the fixed scale ``[low, high]`` -> uint8 bytes, same shape: ``low`` is 0, ``high`` is 255."""
+    unit = (values.detach().float() - low) / (high - low)
+    return torch.round(unit.clamp(0, 1) * 255).to(torch.uint8)
+
+
+def dequantise_range(codes: Tensor, low: float, high: float) -> Tensor:
+    """The inverse of :func:`quantise_range`, exact to within ``(high - low) / 510`` inside the range."""
+    return low + codes.float() / 255 * (high - low)
 
 
 def encode_array(array: Tensor | np.ndarray, dtype: str) -> str:

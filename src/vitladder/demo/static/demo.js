@@ -6,7 +6,7 @@
 (function () {
   const D = window.VITLADDER_DEMO;
   const $ = (id) => document.getElementById(id);
-  if (!D || D.format !== 'vitladder-demo/1') {
+  if (!D || D.format !== 'vitladder-demo/2') {
     $('run-line').textContent = 'No demo data: data.js is missing or was written by another version.';
     return;
   }
@@ -40,13 +40,20 @@
 
   const state = { image: 0, patch: (G >> 1) * G + (G >> 1), mode: 'patch', locked: false, overlay: null };
   const rowCol = (p) => `row ${Math.floor(p / G)}, column ${p % G}`;
+  function patchAt(canvas, event) {  // the patch under the pointer on a canvas that shows the G x G grid
+    const r = canvas.getBoundingClientRect();
+    const col = Math.min(G - 1, Math.max(0, Math.floor(((event.clientX - r.left) / r.width) * G)));
+    const row = Math.min(G - 1, Math.max(0, Math.floor(((event.clientY - r.top) / r.height) * G)));
+    return row * G + col;
+  }
   const pct = (x) => `${(100 * x).toFixed(1)}%`;
 
   // ---- the grid of maps: one G x G canvas per (layer, column), scaled up by CSS with
   // pixelated rendering, so a redraw writes only L * C * N pixels (3,136 for patch 4).
   const mapsEl = $('maps');
+  const mainEl = document.querySelector('main');  // the query's markers, on every map, read its variables
   mapsEl.style.setProperty('--cols', C);
-  mapsEl.style.setProperty('--cell', `${100 / G}%`);
+  mainEl.style.setProperty('--cell', `${100 / G}%`);
   const maps = [];  // maps[l][c] = {ctx, img}: ImageData allocated once, refilled per redraw
   function header(text, extra = '') {
     const el = document.createElement('div');
@@ -108,8 +115,8 @@
       }
     }
     // The query patch is outlined on every map by one CSS rule reading these variables.
-    mapsEl.style.setProperty('--qx', `${(100 * (state.patch % G)) / G}%`);
-    mapsEl.style.setProperty('--qy', `${(100 * Math.floor(state.patch / G)) / G}%`);
+    mainEl.style.setProperty('--qx', `${(100 * (state.patch % G)) / G}%`);
+    mainEl.style.setProperty('--qy', `${(100 * Math.floor(state.patch / G)) / G}%`);
     mapsEl.classList.toggle('cls-mode', state.mode === 'cls');
     Object.assign(mapsEl.dataset, { image: state.image, patch: state.patch, mode: state.mode });
   }
@@ -189,6 +196,32 @@
     $('map-info').textContent = '\u00a0';
   });
 
+  // ---- position embeddings: the model's, not the image's. Row p of the (N, N) bytes is patch p's cosine
+  // similarity to every patch on the fixed scale [low, high] = [-1, 1], so one legend reads every map.
+  const P = D.position;
+  const posCodes = bytes(P.similarity);
+  const posValue = (q) => P.low + (q / 255) * (P.high - P.low);
+  const position = $('position');
+  position.width = position.height = G;
+  const pctx = position.getContext('2d');
+  const pimg = pctx.createImageData(G, G);
+  function drawPosition() {
+    paint(pimg, posCodes, state.patch * N);
+    pctx.putImageData(pimg, 0, 0);
+    position.dataset.patch = state.patch;
+  }
+  const rho = P.grid_correlation;
+  $('position-rho').textContent = typeof rho === 'number'
+    ? `Spearman's rank correlation of similarity with distance, over all pairs of patches: `
+      + `${rho >= 0 ? '+' : ''}${rho.toFixed(2)} (strongly negative: grid-like; about 0: no grid).`
+    : 'One patch: no correlation with distance.';
+  position.addEventListener('pointermove', (e) => {
+    const p = patchAt(position, e);
+    $('map-info').textContent = `Position embeddings: patch (${rowCol(state.patch)}) and patch `
+      + `(${rowCol(p)}) have cosine similarity ${posValue(posCodes[state.patch * N + p]).toFixed(2)}.`;
+  });
+  position.addEventListener('pointerleave', () => { $('map-info').textContent = '\u00a0'; });
+
   function selectImage(i) {
     state.image = (i + D.images.length) % D.images.length;
     const im = imageData(state.image), meta = D.images[state.image];
@@ -215,6 +248,7 @@
 
   function update() {
     drawMaps();
+    drawPosition();
     drawImage();
     // Keys can move the query while the pointer rests on a map: keep its description current.
     if (state.overlay && !state.overlay.rollout) describeMap(state.overlay.l, state.overlay.c);
@@ -237,17 +271,11 @@
   }
 
   // Pointer: hovering moves the query patch unless it is pinned (or the CLS maps are shown).
-  function patchAt(event) {
-    const r = view.getBoundingClientRect();
-    const col = Math.min(G - 1, Math.max(0, Math.floor(((event.clientX - r.left) / r.width) * G)));
-    const row = Math.min(G - 1, Math.max(0, Math.floor(((event.clientY - r.top) / r.height) * G)));
-    return row * G + col;
-  }
   view.addEventListener('pointermove', (e) => {
-    if (!state.locked && state.mode === 'patch') setPatch(patchAt(e));
+    if (!state.locked && state.mode === 'patch') setPatch(patchAt(view, e));
   });
   view.addEventListener('click', (e) => {
-    const p = patchAt(e);
+    const p = patchAt(view, e);
     state.locked = state.mode === 'cls' || p !== state.patch || !state.locked;
     state.patch = p;
     state.mode = 'patch';
@@ -302,10 +330,12 @@
     $('thumbs').appendChild(b);
   });
 
-  const bar = $('colorbar').getContext('2d');
-  const barImg = bar.createImageData(256, 1);
-  for (let q = 0; q < 256; q++) barImg.data.set([lut[3 * q], lut[3 * q + 1], lut[3 * q + 2], 255], 4 * q);
-  bar.putImageData(barImg, 0, 0);
+  for (const canvas of document.querySelectorAll('.colorbar')) {  // the attention maps' and the position map's
+    const bar = canvas.getContext('2d');
+    const barImg = bar.createImageData(256, 1);
+    for (let q = 0; q < 256; q++) barImg.data.set([lut[3 * q], lut[3 * q + 1], lut[3 * q + 2], 255], 4 * q);
+    bar.putImageData(barImg, 0, 0);
+  }
 
   const acc = typeof D.test_acc === 'number' ? `test accuracy ${pct(D.test_acc)}` : 'test accuracy not recorded';
   $('run-line').textContent = `Rung ${D.rung}${D.ladder ? ` (ladder ${D.ladder})` : ''} · ${acc} · `
