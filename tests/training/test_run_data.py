@@ -81,7 +81,7 @@ def folder_overrides(root: Path, tmp_path: Path) -> list[str]:
 def test_the_estimate_times_a_model_for_the_datas_image_size_and_classes(tmp_path, monkeypatch) -> None:
     timed = []
     cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=0.5)
-    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder: timed.append(vit) or cost)
+    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder, *choices: timed.append(vit) or cost)
     root = make_folder(tmp_path / "folder", size=48)
     cfg = folder_cfg(root, tmp_path, "patch8")
     (seconds,) = estimate_ladder([cfg])
