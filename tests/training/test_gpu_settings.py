@@ -100,6 +100,7 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
     cfg = tiny_cfg(
         "stochastic_depth",
         "speed.compile=true",
+        "data.eval_batch_size=64",
         "data.val_size=150",
         "data.train_subset=192",
         "profile.epoch_scale=0.02",

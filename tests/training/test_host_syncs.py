@@ -29,7 +29,7 @@ class SyncsPerBatch(L.Callback):
 
 def test_an_evaluation_step_makes_no_host_sync(tiny_cfg):
     # 200 validation and 200 test images in batches of 64: three full batches and a partial one each.
-    cfg = tiny_cfg("mixup_cutmix", "model.depth=1")
+    cfg = tiny_cfg("mixup_cutmix", "model.depth=1", "data.eval_batch_size=64")
     datamodule = set_up_data(cfg)
     with HostSyncs() as syncs:
         recorder = SyncsPerBatch(syncs)

@@ -122,6 +122,7 @@ def bench_config(s: BenchSettings) -> DictConfig:
             "data.train_subset=null",
             "data.test_subset=null",
             f"data.batch_size={s.batch_size}",
+            f"data.eval_batch_size={s.batch_size}",  # EVAL_STEPS + 1 evaluation batches of the same images
             f"model.embed_dim={s.embed_dim}",
             f"trainer.accelerator={s.device}",
             f"speed.compile={str(s.compile).lower()}",
