@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import warnings
@@ -72,6 +73,25 @@ def test_a_sweep_is_checked_job_by_job_before_any_job_runs(train, tmp_path):
     result = train("-m", "step=patch8,augment", "seed=0,-1", f"output_root={tmp_path}")
     assert_one_line_error(result, "seed=-1 is not valid")
     assert not any(tmp_path.iterdir()), "not even the seed-0 jobs ran"
+
+
+def test_the_check_reads_hydras_flags_and_sweeps_as_hydra_does():
+    """check_command_line reads Hydra's flags with a parser of its own, as Hydra's is private (only this test reads
+    it): a flag Hydra adds that takes a value would otherwise have its value read as an override."""
+    from hydra._internal.utils import get_args_parser
+
+    from vitladder.cli import check_command_line
+    from vitladder.errors import UserError
+
+    takes_a_value = re.findall(r"\[(--[\w-]+) [^\]]", " ".join(get_args_parser().format_usage().split()))
+    assert {"--cfg", "--package", "--config-dir", "--info"} <= set(takes_a_value)
+    for flag in takes_a_value:
+        check_command_line([flag, "job", "step=patch8"])
+    check_command_line(["-m", "step=patch8", "seed=range(0,2)", "optim.lr=interval(0.1,1)"])  # left to a sweeper
+    with pytest.raises(UserError, match="seed=-1 is not valid"):
+        check_command_line(["--multirun", "step=patch8", "seed=range(-1,1)"])
+    with pytest.raises(UserError, match="seed=-1 is not valid"):  # the last value of a key is the one that runs
+        check_command_line(["-m", "step=patch8", "seed=0,1", "seed=-1"])
 
 
 def test_missing_data_folder(train, tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
+import itertools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,16 +44,19 @@ def check_command_line(argv: Sequence[str]) -> None:
     """Composes and validates every job of train.py's command line before Hydra runs it, so that a mistake
     is one line and exit 2 (Hydra would print several lines and exit 1) and nothing is written.
 
-    Hydra's own argument parser and sweep expansion read the command line; a sweep (`-m step=a,b`) is
-    checked job by job. Help, completion and other config files are left to Hydra."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra._internal.utils import get_args_parser
+    A sweep (`-m step=a,b`) is checked job by job, expanded as Hydra's basic sweeper does. Help, completion,
+    other config files and sweeps only a sweeper plugin expands (intervals, globs) are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    args, _ = get_args_parser().parse_known_args(argv)
-    left_to_hydra = ("help", "hydra_help", "shell_completion", "info", "config_path", "config_name", "config_dir")
-    if any(getattr(args, name, None) for name in left_to_hydra):
+    parser = argparse.ArgumentParser(add_help=False)  # Hydra's flags that matter here (tests/test_cli.py pins them)
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--cfg", "-c", "--package", "-p", "--experimental-rerun")  # a value, not an override
+    left = ["--help", "-h", "--hydra-help", "--version", "--shell-completion", "-sc", "--info", "-i", "--config-path"]
+    parser.add_argument(*left, "-cp", "--config-name", "-cn", "--config-dir", "-cd", dest="left", nargs="?", const=1)
+    args, _ = parser.parse_known_args(argv)
+    if args.left:
         return
     overrides = [o for o in args.overrides if not o.lstrip("+~").startswith("hydra")]  # Hydra's own settings
     for override in overrides:  # an unknown rung names the ladder's rungs, in order
@@ -61,10 +66,14 @@ def check_command_line(argv: Sequence[str]) -> None:
     jobs = [overrides]
     if args.multirun:
         try:
-            parsed = OverridesParser.create().parse_overrides(overrides)
-            jobs = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+            choices = {}  # key: its values in the sweep, the last override of a key winning
+            for override in OverridesParser.create().parse_overrides(overrides):
+                key, sweep = override.get_key_element(), override.is_sweep_override()
+                values = override.sweep_string_iterator() if sweep else [override.get_value_element_as_str()]
+                choices[key] = [f"{key}={value}" for value in values]
+            jobs = [list(job) for job in itertools.product(*choices.values())]
         except HydraException:
-            jobs = []  # a sweep this expansion does not know (ranges, another sweeper): each job validates itself
+            return  # a sweep only a sweeper plugin expands: each job validates itself
     for job in jobs:
         compose_config(job)  # no rung: require_rung says so once Hydra has composed the config
 

@@ -169,22 +169,48 @@ def test_a_huge_file_in_a_folder_is_refused_unread(tmp_path: Path, monkeypatch: 
     one_line_error(root, tmp_path / "cache", "train/cat/0009.png", "2048.0 MiB", "refused unread")
 
 
-def test_a_huge_pax_header_is_refused_before_tarfile_reads_it(tmp_path: Path) -> None:
+def test_a_huge_pax_header_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
     info = tarfile.TarInfo("././@PaxHeader")
     info.type, info.size = tarfile.XHDTYPE, 2 << 30
     archive = tmp_path / "d.tar.xz"
-    archive.write_bytes(lzma.compress(info.tobuf(format=tarfile.USTAR_FORMAT) + bytes(MIB)))
+    archive.write_bytes(lzma.compress(info.tobuf(format=tarfile.USTAR_FORMAT) + bytes(64 * MIB)))
     started = time.perf_counter()
-    one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "2,147,483,648-byte extended header")
+    one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "over 1 MiB of headers before")
     assert time.perf_counter() - started < 1.0
 
 
-def test_a_sparse_member_is_refused_before_its_map_is_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "map_headers",
+    [{}, {"GNU.sparse.major": "0", "GNU.sparse.minor": "1", "GNU.sparse.map": "0,1", "GNU.sparse.size": "1"}],
+)
+def test_a_sparse_member_is_refused(tmp_path: Path, map_headers: dict) -> None:
+    # GNU's old format (a type of its own) and pax 0.1 (the map in a pax record).
     info = tarfile.TarInfo("train/cat/0.png")
-    info.type = tarfile.GNUTYPE_SPARSE
+    info.type, info.pax_headers = tarfile.REGTYPE if map_headers else tarfile.GNUTYPE_SPARSE, map_headers
     archive = tmp_path / "d.tar"
-    archive.write_bytes(info.tobuf(format=tarfile.GNU_FORMAT) + bytes(10 * 512))
+    archive.write_bytes(info.tobuf(format=tarfile.PAX_FORMAT if map_headers else tarfile.GNU_FORMAT) + bytes(10 * 512))
     one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "is a sparse file")
+
+
+@pytest.mark.parametrize("lines", [4 * MIB, 2], ids=["long", "cut short"])
+def test_a_pax_sparse_map_is_bounded_and_one_line(tmp_path: Path, lines: int) -> None:
+    # GNU's pax 1.0 sparse member keeps its map (a count, then an offset or size per line) before its data,
+    # where tarfile reads it whole: here a count of a billion and 8 MiB of lines, which xz makes 2 kB; or two.
+    info = tarfile.TarInfo("train/cat/0.png")
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "1"}
+    archive = tmp_path / "d.tar.xz"
+    archive.write_bytes(lzma.compress(info.tobuf(format=tarfile.PAX_FORMAT) + b"1000000000\n" + b"0\n" * lines))
+    started = time.perf_counter()
+    one_line_error(archive, tmp_path / "cache", "truncated or corrupted")
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_malformed_sparse_map_is_one_line(tmp_path: Path) -> None:
+    info = tarfile.TarInfo("train/cat/0.png")
+    info.pax_headers = {"GNU.sparse.major": "0", "GNU.sparse.minor": "1", "GNU.sparse.map": "x,y"}
+    archive = tmp_path / "d.tar"
+    archive.write_bytes(info.tobuf(format=tarfile.PAX_FORMAT) + bytes(10 * 512))
+    one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "ValueError")
 
 
 def test_headers_count_towards_the_decompressed_bound(tmp_path: Path) -> None:

@@ -226,3 +226,12 @@ def test_a_strategy_that_trains_in_spawned_processes_is_refused_before_anything_
     assert message.startswith(f"trainer.strategy={strategy} ") and "use trainer.strategy=ddp" in message
     assert "\n" not in message and list(tmp_path.iterdir()) == []
     assert world_size(tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp")) == 2
+
+
+def test_a_notebook_is_refused_the_fork_launcher_that_auto_picks_there(tiny_cfg, monkeypatch):
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+
+    monkeypatch.setattr(accelerator_connector, "_IS_INTERACTIVE", True)  # as in Jupyter: "auto" is ddp_fork there
+    with pytest.raises(UserError, match="trainer.strategy=auto trains in processes that keep"):
+        world_size(tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=2"))
+    assert world_size(tiny_cfg("patch8", "trainer.accelerator=cpu", "trainer.devices=1")) == 1

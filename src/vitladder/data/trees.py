@@ -29,7 +29,7 @@ Parts = tuple[str, ...]
 MAX_ENTRIES = 1_000_000  # files, folders and links (CIFAR-10 has 60,022)
 MAX_TOTAL_BYTES = 16 << 30  # bytes read in all: archive members, or a folder's images
 MAX_LINK_HOPS = 40  # links followed to resolve one path, as Linux's ELOOP
-MAX_HEADER_BYTES = 1 << 20  # a pax record or GNU long name holds a path, not data
+MAX_HEADER_BYTES = 1 << 20  # a member's headers (pax records, GNU long names) hold a path, not data
 HEADER_BYTES_PER_MEMBER = 2048  # allowed on average beside the members' data: a header, a pax record, padding
 MAX_TAIL_BYTES = 16 << 20  # after the end-of-archive blocks: record padding (GNU tar: 10 KiB)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO swapped in after the stat must not block the open
@@ -249,42 +249,23 @@ _DECOMPRESSORS: dict[bytes, Callable[[BinaryIO], BinaryIO]] = {
     b"\xfd7zXZ\x00": lambda f: lzma.open(f),
     b"BZh": lambda f: bz2.open(f),
 }
-_EXTENDED_HEADERS = (
-    tarfile.GNUTYPE_LONGNAME,
-    tarfile.GNUTYPE_LONGLINK,
-    tarfile.XHDTYPE,
-    tarfile.XGLTYPE,
-    tarfile.SOLARIS_XHDTYPE,
-)
-
-
-class _BoundedTarInfo(tarfile.TarInfo):
-    """Refuses, before tarfile reads them into memory, an extended header too big to be a path and the
-    map of a sparse member (GNU's old format and pax 1.0 keep it in blocks of any number)."""
-
-    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
-        if self.type in _EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
-            raise tarfile.ReadError(f"a {self.size:,}-byte extended header")
-        return super()._proc_member(tarfile_)
-
-    def _proc_sparse(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
-        raise tarfile.ReadError(f"{printable(self.name, 60)} is a sparse file, which an image never is")
-
-    def _proc_gnusparse_10(self, next_: tarfile.TarInfo, pax_headers: dict, tarfile_: tarfile.TarFile) -> None:
-        raise tarfile.ReadError(f"{printable(next_.name, 60)} is a sparse file, which an image never is")
 
 
 class _Budget:
-    """The decompressed stream, refused once more than ``limit`` bytes have come through it: headers
-    (a pax record per member, say) are work too, and the members' own bound leaves them out."""
+    """The decompressed stream, refused once more than ``limit`` bytes have come through it (headers, a pax
+    record per member say, are work too, and the members' own bound leaves them out), or more than
+    MAX_HEADER_BYTES before a member's data: tarfile reads an extended header, or a sparse file's map, whole."""
 
     def __init__(self, stream: BinaryIO, limit: int, source: Path) -> None:
         self.stream, self.limit, self.source, self.count = stream, limit, source, 0
+        self.headers_end = MAX_HEADER_BYTES + tarfile.RECORDSIZE  # tarfile reads ahead a record at a time
 
     def read(self, size: int = -1) -> bytes:
-        room = self.limit - self.count + 1
+        room = min(self.limit, self.headers_end) - self.count + 1
         data = self.stream.read(room if size < 0 else min(size, room))
         self.count += len(data)
+        if self.count > self.headers_end:
+            raise tarfile.ReadError(f"over {MAX_HEADER_BYTES >> 20} MiB of headers before a member's data")
         if self.count > self.limit:
             raise DataError(
                 f"{self.source}: more than {self.limit / 2**30:.1f} GiB once decompressed: "
@@ -313,10 +294,13 @@ def stream_members(source: Path, limits: Limits, advance: Callable[[int], None])
         decompressed = opener(raw) if opener else raw
         stream = _Budget(decompressed, limits.max_total_bytes + HEADER_BYTES_PER_MEMBER * limits.max_entries, source)
         # Stream mode ('r|') reads the archive in one pass, without seeking, so it is decompressed once.
-        with decompressed, tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as archive:
+        with decompressed, tarfile.open(fileobj=stream, mode="r|") as archive:
             count = total = 0
             while (member := archive.next()) is not None:
                 archive.members.clear()  # a stream never looks back; a million headers would cost ~0.5 GB
+                stream.headers_end = stream.count + member.size + MAX_HEADER_BYTES + tarfile.RECORDSIZE
+                if member.issparse():
+                    raise tarfile.ReadError(f"{printable(member.name, 60)} is a sparse file, which an image never is")
                 count += 1
                 if count > limits.max_entries:
                     raise DataError(
@@ -335,7 +319,7 @@ def stream_members(source: Path, limits: Limits, advance: Callable[[int], None])
                 advance(raw.tell())  # compressed bytes consumed: the progress bar's unit
             # Read on to the end: a compressed stream checks its end marker and checksum only there,
             # and a tar cut at a member boundary shows only as a missing end-of-archive block.
-            tail = 0
+            tail, stream.headers_end = 0, stream.limit
             while chunk := stream.read(1 << 20):
                 tail += len(chunk)
                 if tail > MAX_TAIL_BYTES:

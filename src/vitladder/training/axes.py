@@ -34,7 +34,8 @@ class EpochsTrained(L.Callback):
 
 class LearningRate(LearningRateMonitor):
     """Lightning's monitor under one name, ``lr``: the optimizer's parameter groups (with and without
-    weight decay) share one schedule, and one quantity gets one key, not ``lr-AdamW/pg1`` and ``/pg2``."""
+    weight decay) share one schedule, and one quantity gets one key, not ``lr-AdamW/pg1`` and ``/pg2``. The monitor
+    has no public hook for its keys: ``_extract_stats`` is private, and tests/training/test_wandb_run.py pins it."""
 
     def _extract_stats(self, trainer: L.Trainer, interval: str) -> dict[str, float]:
         stats = super()._extract_stats(trainer, interval)

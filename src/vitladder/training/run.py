@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
+from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
@@ -103,10 +103,13 @@ def world_size(cfg: DictConfig) -> int:
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
     finally:
         quiet.setLevel(level)
-    # The spawn and fork launchers (ddp_spawn, ddp_fork, ddp_notebook and their variants) fit in processes of
-    # their own and hand back the weights only: the epochs, steps and analysis of the rung's summary stay there.
-    # A private class of Lightning's: test_multi_device pins which strategies it refuses.
-    if isinstance(probe.strategy.launcher, _MultiProcessingLauncher):
+    # The spawn and fork launchers (ddp_spawn, ddp_fork, ddp_notebook and variants, XLA's, "auto" in a notebook) fit
+    # in processes of their own and hand back the weights only: the rung's epochs, steps and analysis stay there. Their
+    # class is private: they are the registry's strategies that do not start by popen, and the launchers a notebook can
+    # run (which cannot run the script again). test_multi_device pins which strategies are refused.
+    strategy = str(cfg.trainer.strategy)
+    start = StrategyRegistry[strategy]["init_params"].get("start_method") if strategy in StrategyRegistry else None
+    if start not in (None, "popen") or getattr(probe.strategy.launcher, "is_interactive_compatible", False):
         raise UserError(
             f"trainer.strategy={cfg.trainer.strategy} trains in processes that keep the run's epochs, steps and "
             "analysis to themselves: use trainer.strategy=ddp (Lightning then runs the command once per device)"

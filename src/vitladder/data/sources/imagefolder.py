@@ -227,7 +227,7 @@ def load_image_folder(
         with progress(f"decoding {source.name} once", size if size > 1 << 20 else None) as advance:
             try:
                 dirs, images = read_archive(source, limits, _is_candidate, decode, advance)
-            except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError) as error:
+            except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError, ValueError) as error:
                 detail = f"{type(error).__name__}: {error}"[:80]
                 raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
     else:
