@@ -63,7 +63,7 @@ def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
     (offline,) = (run / "wandb").glob("offline-run-*")
     record = wandb_run_reader(offline)
     assert [(i["name"], i["type"]) for i in record.config["inputs"]] == [("dataset-stripes", "dataset")]
-    assert 0 <= record.summary["analysis/layer1/self_share"] <= 1 and record.config["data"]["source"] == "stripes"
+    assert 0 <= record.summary["analysis/layer1_self_share"] <= 1 and record.config["data"]["source"] == "stripes"
 
     (run / "done.json").unlink()  # as a kill just before the rung's last write leaves it: make ladder resumes it
     made = quietly(

@@ -141,11 +141,10 @@ def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images
         callback = make_callback(tmp_path / f"a{attempt}", trainer.datamodule)
         callback.on_train_epoch_end(trainer, module)
         assert module.model.training and module.training  # Lightning's train mode is left as it was
-        rows = [r for r in callback.history if r["epoch"] == 3]
-        assert [r["layer"] for r in rows] == [0, 1, 2]
-        assert [r["distance_px"] for r in rows] == reference["distance_px"].tolist()
-        assert [r["entropy_nats"] for r in rows] == reference["entropy_nats"].tolist()
-        assert module.logged["track/layer2/distance_px"] == rows[2]["distance_px"]
+        (row,) = [r for r in callback.history if r["epoch"] == 3]
+        assert [row[f"layer{layer}/distance_px"] for layer in range(3)] == reference["distance_px"].tolist()
+        assert [row[f"layer{layer}/entropy_nats"] for layer in range(3)] == reference["entropy_nats"].tolist()
+        assert module.logged["track/layer2/distance_px"] == row["layer2/distance_px"]
         histories.append(callback.history)
     assert histories[0] == histories[1]
 
@@ -158,8 +157,12 @@ def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images
     callback = make_callback(tmp_path, trainer.datamodule)
     callback.on_train_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
     assert module.model.training
-    assert callback.summary.num_images == 7 and (tmp_path / "heads.csv").is_file()
-    assert_same(callback.summary, reference)
+    assert callback.scalars["analysis_images"] == 7 and (tmp_path / "heads.csv").is_file()
+    heads = callback.results["attention"].tables["heads"]  # (L * H) rows, layer-major, unrounded
+    for name in ("distance_px", "entropy_nats", "cls_share", "distance_drop_px"):
+        assert torch.equal(torch.tensor([r[name] for r in heads]), reference.heads[name].flatten()), name
+    title = callback.results["cls_attention"].figures["cls_attention"].get_suptitle()
+    assert f"test image 3 (true c{reference.example.label}, predicted c{reference.example.predicted})" in title
 
 
 def test_the_demo_export_runs_in_eval_mode_and_is_deterministic() -> None:

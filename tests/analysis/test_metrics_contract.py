@@ -73,5 +73,5 @@ def test_a_bf16_model_is_analysed_in_its_own_dtype() -> None:
 
 def test_the_images_go_to_the_models_device_and_dtype() -> None:
     model = tiny_vit().to(device="meta", dtype=torch.bfloat16)
-    inputs = summary_module._inputs(model, images(2), CIFAR10_STATS)  # what every forward pass of the analysis sees
+    inputs = summary_module.model_inputs(model, images(2), CIFAR10_STATS)  # what every analysis forward pass sees
     assert inputs.device.type == "meta" and inputs.dtype == torch.bfloat16 and inputs.shape == (2, 3, 32, 32)

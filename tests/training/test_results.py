@@ -19,6 +19,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from vitladder.analysis.outputs import done_scalars
+from vitladder.analysis.probes import Result
+from vitladder.analysis.probes.attention import headline
 from vitladder.analysis.summary import AttentionSummary, HeadStats
 from vitladder.errors import CheckpointError
 from vitladder.model import ViTConfig, build_vit
@@ -85,7 +88,8 @@ def test_a_partial_last_epoch_counts_as_the_fraction_of_its_steps_trained():
 
 def test_the_summary_adds_layer_one_of_the_analysis():
     test_metrics = {"test/acc": 0.5, "test/loss": 2.0}
-    summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, three_layer_summary(), started=0.0)
+    analysis = done_scalars({"attention": Result(scalars=headline(three_layer_summary()))}, num_images=16)
+    summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, analysis, started=0.0)
     assert summary["layer1_distance_px"] == pytest.approx(3.0)  # layer 1's head mean
     assert summary["layer1_entropy_nats"] == pytest.approx(1.5)
     assert (summary["uniform_distance_px"], summary["uniform_entropy_nats"]) == (11.5, 4.1)

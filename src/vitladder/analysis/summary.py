@@ -32,8 +32,10 @@ __all__ = [
     "ExampleAttention",
     "HeadStats",
     "analyse",
+    "example_attention",
     "head_metrics",
     "headline_layer",
+    "model_inputs",
     "query_metrics",
 ]
 
@@ -121,18 +123,18 @@ class AttentionSummary:
         return next(iter(self.heads.values())).shape[1]
 
 
-def _inputs(model: nn.Module, images_u8: Tensor, stats: ChannelStats) -> Tensor:
+def model_inputs(model: nn.Module, images_u8: Tensor, stats: ChannelStats) -> Tensor:
     """Normalised float images on the model's device, in its parameters' dtype (bf16-true models too)."""
     param = next(model.parameters())
     images = images_u8.to(param.device, non_blocking=True)
     return normalize(images, stats.mean, stats.std).to(param.dtype)  # (B, 3, H, W)
 
 
-def _example(
+def example_attention(
     model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int, stats: ChannelStats
 ) -> ExampleAttention:
     image = images_u8[index : index + 1]  # (1, 3, H, W)
-    logits, maps = capture_attention(model, _inputs(model, image, stats))  # maps: [(1, H, T, T)] * L
+    logits, maps = capture_attention(model, model_inputs(model, image, stats))  # maps: [(1, H, T, T)] * L
     rollouts = torch.cat([attention_rollout(maps[: layer + 1]) for layer in range(len(maps))])  # (L, N)
     return ExampleAttention(
         index=index,
@@ -177,13 +179,13 @@ def analyse(
     # leaves decorated functions alone, and `make mutation` must reach this one.)
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(images_u8), batch_size):
-            batch = _inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
+            batch = model_inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
             _, per_layer = capture_attention(model, batch, reduce=reduce)
             sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
             total = sums if total is None else total + sums
         example = None
         if example_index is not None:
-            example = _example(model, images_u8, labels, example_index, stats)
+            example = example_attention(model, images_u8, labels, example_index, stats)
     assert total is not None
     mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = grid_from_tokens(num_tokens)
