@@ -41,7 +41,8 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     results = fitted_run.callback.results
     assert list(results) == list(fitted_run.cfg.analysis.probes)  # the configured probes, in their order
     assert {p.name for p in out.iterdir()} == made_files(results)
-    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png", "cls_attention.png"} <= made_files(results)
+    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png", "cls_attention.png", "ablation.csv",
+            "ablation_mean.png", "position_similarity.png"} <= made_files(results)  # fmt: skip
     heads = read_csv(out / "heads.csv")
     assert len(heads) == 42 and list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert len(read_csv(out / "tracking.csv")) == 21
@@ -52,7 +53,6 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
         test.images[:40],
         40,
         4,
-        example_index=None,
         stats=fitted_run.datamodule.stats,
     )
     got = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
@@ -74,6 +74,8 @@ def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
     # epoch = epochs trained, as in the history: the point at initialisation is logged too, at epoch 0.
     assert tracked == pytest.approx({0: history[0], 1: history[1], 2: history[2]}, abs=1e-4)
     assert any(row.get("track/layer6/entropy_nats") for row in rows)
+    positions = {float(row["epoch"]) for row in rows if row.get("track/position_grid_correlation")}
+    assert positions == {0, 1, 2}  # the position embeddings' grid correlation, from initialisation on
 
 
 def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:

@@ -130,7 +130,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
 
 def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMetric) -> None:
     ladder = tmp_path / "smoke"
-    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH, example_index=None)
+    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH)
     rows = layer_rows(summary)
     toy_done = {"layer1_self_share": rows[1]["self_share"], "uniform_self_share": 1 / 17}
     for rung in ("patch8", "augment"):
@@ -148,7 +148,7 @@ def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMe
     assert float(ladder_csv["patch8"]["layer1_self_share"]) == pytest.approx(rows[1]["self_share"], abs=1e-6)
     assert ladder_csv["augment"]["layer1_self_share"] == ""  # not measured there: an empty cell
     header = next(line for line in report.splitlines() if line.startswith("| rung |"))
-    assert header.endswith("| layer-1 self share | uniform | not as in the article | seeds | figures |")
+    assert "| uniform (px) | layer-1 self share | uniform |" in header  # after the metrics declared before it
     patch8 = next(line for line in report.splitlines() if line.startswith("| `patch8` |"))
     assert f"| {rows[1]['self_share']:.3f} | {1 / 17:.3f} |" in patch8
     assert "![self per layer](self_by_layer.png)" in report and "`self.png`" in report

@@ -11,24 +11,24 @@ from entry_points import load_script
 from PIL import Image
 
 from vitladder.analysis.outputs import read_csv, write_csv
-from vitladder.config import get_rung, rung_names
+from vitladder.analysis.probes import columns
+from vitladder.config import compose_rung, get_rung, rung_names
 from vitladder.report.ladder_report import build_report, collect, mean_ci, t_quantile_975
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.report.wandb_run import log_report_to_wandb
 from vitladder.run_folder import read_summary
 
 REPO = Path(__file__).resolve().parents[2]
-LADDER_COLUMNS = [
-    "rung",
-    "test_acc",
+ATTENTION_COLUMNS = [  # the attention probe's, first in the default list of probes
     "layer1_distance_px",
     "uniform_distance_px",
     "layer1_entropy_nats",
     "uniform_entropy_nats",
     "layer1_distance_drop_px",
     "uniform_distance_drop_px",
-    *SETTING_COLUMNS,
 ]
+PROBE_COLUMNS = [column.key for column in columns(compose_rung("patch8", []).analysis.probes)]  # the default list
+LADDER_COLUMNS = ["rung", "test_acc", *PROBE_COLUMNS, *SETTING_COLUMNS]
 # done.json's record of what a smoke run trained (training.results.rung_summary, ImageDataModule.facts)
 SMOKE_SETTING = {
     "epochs": 1,
@@ -128,7 +128,7 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
     report = build_report(ladder)
 
     rows = read_csv(ladder / "ladder.csv")
-    assert list(rows[0]) == LADDER_COLUMNS
+    assert list(rows[0]) == LADDER_COLUMNS and PROBE_COLUMNS[: len(ATTENTION_COLUMNS)] == ATTENTION_COLUMNS
     assert [r["rung"] for r in rows] == list(rung_names())
     assert float(rows[2]["test_acc"]) == pytest.approx(0.52)
     assert float(rows[2]["layer1_distance_px"]) == pytest.approx(13.0)

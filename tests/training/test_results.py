@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from vitladder.analysis.outputs import done_scalars
 from vitladder.analysis.probes import Result
 from vitladder.analysis.probes.attention import headline
-from vitladder.analysis.summary import AttentionSummary, HeadStats
+from vitladder.analysis.summary import AttentionSummary
 from vitladder.errors import CheckpointError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import MODEL_FORMAT, RunPaths, is_finished, read_summary
@@ -42,15 +42,13 @@ def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None
 
 
 def three_layer_summary() -> AttentionSummary:
-    heads = HeadStats(
-        {
-            # (L, H); layers count from 0, so "layer 1" is the second row
-            "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
-            "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
-            "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
-            "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
-        }
-    )
+    heads = {
+        # (L, H); layers count from 0, so "layer 1" is the second row
+        "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
+        "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
+        "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
+        "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
+    }
     uniform = {"distance_px": 11.5, "entropy_nats": 4.1, "distance_drop_px": 10.8}
     return AttentionSummary(heads=heads, patch_px=8, grid=4, num_images=16, uniform=uniform)
 

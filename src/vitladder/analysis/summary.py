@@ -1,4 +1,5 @@
-"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``), plus one example image.
+"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``); and one example image's
+CLS maps and rollout (``example_attention``, the cls_attention probe's).
 
 ``analyse`` streams images through ``capture_attention`` batch by batch. Each layer's
 ``(B, H, T, T)`` map is reduced to per-head numbers inside the capture hook, so memory stays at
@@ -9,7 +10,7 @@ heads (DESIGN.md section 4).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,6 @@ from vitladder.data.stats import ChannelStats
 __all__ = [
     "AttentionSummary",
     "ExampleAttention",
-    "HeadStats",
     "analyse",
     "example_attention",
     "head_metrics",
@@ -67,26 +67,6 @@ def query_metrics(row: Tensor, grid: int, patch_px: float, query: int) -> tuple[
     return distance, entropy
 
 
-@dataclass(frozen=True, eq=False)
-class HeadStats(Mapping[str, Tensor]):
-    """Per-head numbers by metric name (``declared()``), each ``(L, H)`` (or ``(L,)`` after ``layer_means``)."""
-
-    by_name: Mapping[str, Tensor]
-
-    def __getitem__(self, name: str) -> Tensor:
-        return self.by_name[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.by_name)
-
-    def __len__(self) -> int:
-        return len(self.by_name)
-
-    def layer_means(self) -> HeadStats:
-        """Mean of each layer's heads, every metric ``(L,)``."""
-        return HeadStats({name: value.mean(dim=-1) for name, value in self.items()})
-
-
 @dataclass(frozen=True)
 class ExampleAttention:
     """One image's CLS attention in every layer and head."""
@@ -102,17 +82,16 @@ class ExampleAttention:
 
 @dataclass(frozen=True)
 class AttentionSummary:
-    heads: HeadStats  # (L, H) each
+    heads: Mapping[str, Tensor]  # metric name (declared()) -> per head (L, H)
     patch_px: int
     grid: int
     num_images: int
     uniform: Mapping[str, float]  # metric name -> its value for uniform attention, where it declares one
-    example: ExampleAttention | None = None
 
     @property
-    def layers(self) -> HeadStats:
-        """Per-layer means, ``(L,)`` each."""
-        return self.heads.layer_means()
+    def layers(self) -> dict[str, Tensor]:
+        """Per-layer means (of each layer's heads), ``(L,)`` each."""
+        return {name: value.mean(dim=-1) for name, value in self.heads.items()}
 
     @property
     def num_layers(self) -> int:
@@ -152,16 +131,11 @@ def analyse(
     images_u8: Tensor,
     batch_size: int,
     patch_px: int,
-    labels: Tensor | None = None,
-    example_index: int | None = 0,
     stats: ChannelStats = CIFAR10_STATS,
 ) -> AttentionSummary:
     """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8, normalised here with the
-    statistics the model was trained with (``stats``).
-
-    The model's train/eval mode is restored; a compiled model runs eagerly. ``example_index``
-    (None: no example) picks the image whose CLS maps and rollout are kept.
-    """
+    statistics the model was trained with (``stats``). The model's train/eval mode is restored; a compiled
+    model runs eagerly."""
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
         raise ValueError(
             f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}"
@@ -183,17 +157,13 @@ def analyse(
             _, per_layer = capture_attention(model, batch, reduce=reduce)
             sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
             total = sums if total is None else total + sums
-        example = None
-        if example_index is not None:
-            example = example_attention(model, images_u8, labels, example_index, stats)
     assert total is not None
     mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = grid_from_tokens(num_tokens)
     return AttentionSummary(
-        heads=HeadStats({metric.name: mean[:, i] for i, metric in enumerate(metrics)}),
+        heads={metric.name: mean[:, i] for i, metric in enumerate(metrics)},
         patch_px=int(patch_px),
         grid=grid,
         num_images=len(images_u8),
         uniform={m.name: m.uniform(grid, patch_px) for m in metrics if m.uniform is not None},
-        example=example,
     )

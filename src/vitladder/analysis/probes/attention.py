@@ -21,7 +21,7 @@ from vitladder.config_schema import ReferenceFigures
 
 
 def _summary(model: nn.Module, images: Tensor, ctx: Context) -> AttentionSummary:
-    return analyse(model, images, ctx.batch_size, ctx.patch_px, example_index=None, stats=ctx.stats)
+    return analyse(model, images, ctx.batch_size, ctx.patch_px, stats=ctx.stats)
 
 
 def track(model: nn.Module, images: Tensor, ctx: Context) -> dict[str, float]:
