@@ -122,3 +122,26 @@ def test_older_folders_and_histories_still_read(tmp_path: Path) -> None:
         {"epoch": 0, "layer1/distance_px": 16.0},
         {"epoch": 1, "layer1/distance_px": 12.0},
     ]
+
+
+def test_a_checkpoints_history_keeps_rows_of_numbers_only() -> None:
+    from vitladder.analysis.checkpoint import _history  # the rows of a file that may come from anyone
+
+    rows = [{"epoch": 0, "layer1/distance_px": 3.0}, {"epoch": True, "x": 1.0}, "junk", {"epoch": 1, "x": "1"}]
+    assert _history({"callbacks": {"AttentionAnalysis": {"history": rows}}}) == [
+        {"epoch": 0, "layer1/distance_px": 3.0}
+    ]
+    assert (
+        _history({"callbacks": {"AttentionAnalysis": {"history": [{"epoch": 0, "layer": 1e400, "distance": 1.0}]}}})
+        == []
+    )
+    assert _history({"callbacks": "junk"}) == []
+
+
+def test_an_undefined_scalar_is_null_in_done_json() -> None:
+    # Spearman's rho of a model whose every ablation costs the same is undefined: JSON has no NaN, and a summary
+    # read back must equal the one written.
+    from vitladder.analysis.probes import Result
+
+    done = done_scalars({"probe": Result(scalars={"rho": float("nan"), "x": 0.1234567})}, num_images=2)
+    assert done == {"rho": None, "x": 0.123457, "analysis_images": 2}

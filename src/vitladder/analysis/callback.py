@@ -78,7 +78,7 @@ class AttentionAnalysis(L.Callback):
     @classmethod
     def from_config(
         cls,
-        analysis_cfg: Mapping[str, Any],
+        analysis_cfg: DictConfig,
         out_dir: Path,
         rung: str,
         patch_px: int,
@@ -86,9 +86,7 @@ class AttentionAnalysis(L.Callback):
         data: ImageDataModule | None = None,
     ) -> AttentionAnalysis:
         """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig)."""
-        block = (
-            OmegaConf.to_container(analysis_cfg, resolve=True) if isinstance(analysis_cfg, DictConfig) else analysis_cfg
-        )
+        block = OmegaConf.to_container(analysis_cfg, resolve=True)  # every key a constructor argument
         return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed, data=data, **block)
 
     def context(self, image_size: int, stats: ChannelStats, classes: Sequence[str] | None) -> Context:

@@ -76,20 +76,18 @@ def _vit_config(ckpt: Path, raw: object) -> ViTConfig:
 
 
 def _history(data: dict) -> list[dict]:
-    """The callback's tracked values, from rows of the expected shape only (the file may come from anyone)."""
+    """The callback's tracked values, from rows of numbers only (the file may come from anyone)."""
     callbacks = data.get("callbacks")
     for state in callbacks.values() if isinstance(callbacks, dict) else ():
         if isinstance(state, dict) and isinstance(state.get("history"), list):
-            rows = [row for row in state["history"] if isinstance(row, dict) and all(map(_number, row.values()))]
-            try:
+            try:  # type() and not isinstance(): a bool is no number here
+                rows = (
+                    r for r in state["history"] if isinstance(r, dict) and {type(v) for v in r.values()} <= {int, float}
+                )
                 return history_rows(rows)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # e.g. a layer that is no integer
                 return []
     return []
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _text(value: object) -> str | None:

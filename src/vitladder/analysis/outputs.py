@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ __all__ = [
     "read_analysis_csv",
     "read_csv",
     "rounded",
+    "table_columns",
     "write_csv",
     "write_results",
 ]
@@ -77,9 +79,10 @@ def write_results(results: Mapping[str, Result], out_dir: str | Path) -> dict[st
 
 
 def done_scalars(results: Mapping[str, Result], num_images: int) -> dict:
-    """done.json's analysis numbers: every probe's scalars, and how many images they were measured on."""
-    scalars = {name: rounded(float(value)) for result in results.values() for name, value in result.scalars.items()}
-    return {**scalars, "analysis_images": num_images}
+    """done.json's analysis numbers: every probe's scalars (null where undefined: a correlation of tied values, a
+    spread of one draw; JSON has no NaN), and how many images they were measured on."""
+    scalars = {name: float(value) for result in results.values() for name, value in result.scalars.items()}
+    return {**{k: rounded(v) if math.isfinite(v) else None for k, v in scalars.items()}, "analysis_images": num_images}
 
 
 def history_rows(rows: Iterable[Mapping], prefix: str = "") -> list[dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from vitladder.analysis.outputs import done_scalars, rounded
+from vitladder.analysis.outputs import done_scalars, rounded, table_columns
 from vitladder.analysis.probes import Result
 from vitladder.config import rung_index
 
@@ -35,7 +35,7 @@ def log_analysis(
     tables, payload = {}, {}
     for result in results.values():
         for name, rows in result.tables.items():
-            columns = list(dict.fromkeys(key for row in rows for key in row))
+            columns = table_columns(rows)
             data = [[*ident.values(), *(rounded(row.get(key)) for key in columns)] for row in rows]
             tables[name] = payload[f"analysis/{name}"] = wandb.Table(columns=[*RUN_COLUMNS, *columns], data=data)
     for result in results.values():
@@ -48,7 +48,8 @@ def log_analysis(
     run.log(payload)
     scalars = done_scalars(results, num_images)
     images = scalars.pop("analysis_images")
-    run.summary.update({**{f"analysis/{name}": value for name, value in scalars.items()}, "analysis/images": images})
+    scalars = {f"analysis/{name}": value for name, value in scalars.items() if value is not None}
+    run.summary.update({**scalars, "analysis/images": images})
 
 
 def log_reanalysis(
