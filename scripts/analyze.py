@@ -7,9 +7,11 @@
 The test images are the run's own: its config.yaml rebuilds the same test split, and the
 first N of them are analysed. ``key=value`` overrides change that config (e.g. where the data
 now lives); a model.pt outside any run folder composes its rung's config with them instead.
-A run folder's own analysis/ (the default --out) also reaches the rung's W&B run: it is continued
-by its stored id (wandb_run_id.txt) with the new summary, tables and charts, and a new version of
-its analysis artifact, so the dashboard never disagrees with analysis/ and report.md.
+It runs the probes of the run's ``analysis.probes`` (``analysis.probes=[...]`` chooses others). A run
+folder's own analysis/ (the default --out) also updates the probes' numbers in its done.json, which the
+ladder report reads, and reaches the rung's W&B run: it is continued by its stored id (wandb_run_id.txt)
+with the new summary, tables and charts, and a new version of its analysis artifact, so the dashboard
+never disagrees with analysis/ and report.md.
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.root=PATH")
     args = parser.parse_args(argv)
 
+    from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
-    from vitladder.analysis.outputs import read_tracking, write_analysis
-    from vitladder.analysis.summary import analyse, headline_layer
+    from vitladder.analysis.outputs import TRACK, history_rows, read_csv
     from vitladder.analysis.wandb_log import log_reanalysis
+    from vitladder.atomic import write_json
     from vitladder.errors import UserError
-    from vitladder.run_folder import RunPaths
+    from vitladder.run_folder import RunPaths, read_summary
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, args.overrides)
@@ -54,31 +57,35 @@ def main(argv: list[str] | None = None) -> Path:
     if args.batch_size is not None and args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
+    paths = RunPaths(meta.run_dir) if meta.run_dir is not None else None
     if args.out is not None:
         out = args.out
-    elif meta.run_dir is not None:
-        out = RunPaths(meta.run_dir).analysis
+    elif paths is not None:
+        out = paths.analysis
     else:
         out = meta.path.parent / f"{meta.path.stem}-analysis"
     started = time.perf_counter()
-    summary = analyse(
-        model.to(args.device),
-        images[:n],
-        args.batch_size or int(cfg.analysis.batch_size),
-        int(meta.vit_config.patch_size),
-        labels=labels[:n],
-        example_index=min(int(cfg.analysis.example_image), n - 1),
-        stats=meta.stats,
-    )
-    history = meta.history or read_tracking(out)
-    files = write_analysis(summary, out, str(meta.rung or cfg.rung), meta.classes or classes, history)
+    rung = str(meta.rung or cfg.rung)
+    analysis = AttentionAnalysis.from_config(cfg.analysis, out, rung, int(meta.vit_config.patch_size), int(cfg.seed))
+    if args.batch_size:
+        analysis.batch_size = args.batch_size
+    # The tracked history: from a Lightning checkpoint, else the run's metrics.csv (track/<name> columns).
+    metrics_csv = [] if paths is None or not paths.metrics_csv.is_file() else read_csv(paths.metrics_csv)
+    analysis.history = meta.history or history_rows(metrics_csv, TRACK)
+    model = model.to(args.device)
+    images, labels = images[:n].to(args.device), labels[:n].to(args.device)
+    files = analysis.analyse(model, images, labels, meta.stats, meta.classes or classes)
     run_id = None
-    if meta.run_dir is not None and out.resolve() == RunPaths(meta.run_dir).analysis.resolve():
-        run_id = log_reanalysis(cfg, meta.run_dir, summary, files, args.wandb_mode or str(cfg.wandb.mode))
+    if paths is not None and out.resolve() == paths.analysis.resolve():
+        if paths.done.is_file():  # the run's results follow its analysis: the report reads done.json
+            write_json(paths.done, {**read_summary(paths.root), **analysis.scalars})
+        run_id = log_reanalysis(cfg, paths.root, analysis.results, files, n, args.wandb_mode or str(cfg.wandb.mode))
+    layer1 = analysis.scalars.get("layer1_distance_px")
     print(
-        f"{meta.rung or cfg.rung}: analysed {n} test images in {time.perf_counter() - started:.1f} s; "
-        f"layer-1 distance {summary.layers['distance_px'][headline_layer(summary.num_layers)]:.1f} px "
-        f"(uniform {summary.uniform['distance_px']:.1f}); files in {out}" + (f"; W&B run {run_id}" if run_id else "")
+        f"{rung}: analysed {n} test images ({', '.join(analysis.probes)}) in {time.perf_counter() - started:.1f} s"
+        + (f"; layer-1 distance {layer1:.1f} px" if layer1 is not None else "")
+        + f"; files in {out}"
+        + (f"; W&B run {run_id}" if run_id else "")
     )
     return out
 

@@ -1,6 +1,7 @@
 """What a newcomer adds at each documented extension point, written once for the tests that add them: a data
-source (one module under data/sources/), a per-head metric (one entry of analysis/metrics.py's METRICS) and a
-rung (one file under conf/step/); and a copy of the project to add them to."""
+source (one module under data/sources/), a per-head metric (one entry of analysis/metrics.py's METRICS), a
+probe (one module under analysis/probes/) and a rung (one file under conf/step/); and a copy of the project to
+add them to."""
 
 from __future__ import annotations
 
@@ -59,6 +60,43 @@ SELF_SHARE_METRIC = """\
         uniform=lambda grid, px: 1 / (1 + grid * grid),
     ),
 """
+
+
+CONFIDENCE_PROBE = '''
+"""analysis.probes=[..., confidence]: how sure the model is of its answer, a probe added as one file."""
+
+from matplotlib.figure import Figure
+
+from vitladder.analysis.probes import Column, Result
+from vitladder.analysis.summary import model_inputs
+
+
+def confidence(model, images, ctx):
+    """The largest softmax probability per image, (N,)."""
+    return model(model_inputs(model, images, ctx.stats)).softmax(dim=-1).max(dim=-1).values
+
+
+def run(model, images, labels, ctx):
+    per_image = confidence(model, images, ctx).float().cpu()  # (N,)
+    figure = Figure()
+    figure.add_subplot().hist(per_image.numpy(), bins=10, range=(0, 1))
+    rows = [{"image": i, "confidence": float(c)} for i, c in enumerate(per_image)]
+    scalars = {"mean_confidence": float(per_image.mean())}
+    return Result(tables={"confidence": rows}, figures={"confidence_hist": figure}, scalars=scalars)
+
+
+def track(model, images, ctx):
+    return {"confidence": float(confidence(model, images, ctx).mean())}
+
+
+def columns():
+    return (Column("mean_confidence", "mean confidence", digits=3),)
+'''
+PROBES_WITH_CONFIDENCE = "analysis.probes=[attention,cls_attention,confidence]"
+
+
+def add_confidence_probe(copy: Path) -> None:
+    (copy / "src" / "vitladder" / "analysis" / "probes" / "confidence.py").write_text(CONFIDENCE_PROBE)
 
 
 def add_stripes_source(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:

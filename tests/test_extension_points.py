@@ -1,9 +1,9 @@
 """Every documented extension point works through the real entry points. A copy of the project gets a rung
-(conf/step/grad_clip.yaml), a per-head metric (one entry of METRICS) and a data source
-(data/sources/stripes.py), nothing else edited; `python train.py` (W&B offline) trains the new rung on the
-new source, `make ladder` (W&B disabled) trains the rest, resumes the new rung and writes the report and the
-demo. Neither prints library noise (Lightning's tips, deprecation notes, the resumed rung's non-empty
-checkpoint folder, W&B's anonymous note)."""
+(conf/step/grad_clip.yaml), a per-head metric (one entry of METRICS), a probe (analysis/probes/confidence.py,
+named in analysis.probes on the command line) and a data source (data/sources/stripes.py), nothing else edited;
+`python train.py` (W&B offline) trains the new rung on the new source, `make ladder` (W&B disabled) trains the
+rest, resumes the new rung and writes the report and the demo. Neither prints library noise (Lightning's tips,
+deprecation notes, the resumed rung's non-empty checkpoint folder, W&B's anonymous note)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,19 @@ import subprocess
 import sys
 
 import pytest
-from extensions import GRAD_CLIP_RUNG, add_grad_clip_rung, add_self_share_metric, add_stripes_module, copy_project
+from extensions import (
+    CONFIDENCE_PROBE,
+    GRAD_CLIP_RUNG,
+    PROBES_WITH_CONFIDENCE,
+    add_confidence_probe,
+    add_grad_clip_rung,
+    add_self_share_metric,
+    add_stripes_module,
+    copy_project,
+)
 from omegaconf import OmegaConf
 
+from vitladder.analysis.outputs import read_csv
 from vitladder.config import rung_names
 
 # 30 training images of 16 px, 10 held out for validation, 10 test images: two batches of 10 an epoch.
@@ -28,6 +38,7 @@ TINY = [
     "analysis.track_images=8",
     "trainer.log_every_n_steps=1",
     "trainer.enable_progress_bar=false",
+    PROBES_WITH_CONFIDENCE,
 ]
 NOISE = ("Tip:", "litlogger", "litmodels", "LeafSpec", "deprecat", "exists and is not empty", "anonymous", "Traceback")
 
@@ -37,13 +48,14 @@ def noise(output: str) -> list[str]:
 
 
 @pytest.mark.slow  # a copy of the project trains nine tiny rungs in two child processes
-def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
+def test_a_new_rung_metric_probe_and_source_run_through_train_py_and_make_ladder(
     repo_root, tmp_path, child_env, wandb_run_reader
 ):
     copy = copy_project(repo_root, tmp_path / "project")
     add_grad_clip_rung(copy)
     add_self_share_metric(copy)
     add_stripes_module(copy)
+    add_confidence_probe(copy)
     env, out = child_env(PYTHONPATH=str(copy / "src")), tmp_path / "out"
     ladder, run = out / "smoke", out / "smoke" / "grad_clip"
 
@@ -63,7 +75,20 @@ def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
     (offline,) = (run / "wandb").glob("offline-run-*")
     record = wandb_run_reader(offline)
     assert [(i["name"], i["type"]) for i in record.config["inputs"]] == [("dataset-stripes", "dataset")]
-    assert 0 <= record.summary["analysis/layer1/self_share"] <= 1 and record.config["data"]["source"] == "stripes"
+    assert 0 <= record.summary["analysis/layer1_self_share"] <= 1 and record.config["data"]["source"] == "stripes"
+    # The probe: its table and figure as files and in W&B, its scalar in the summary and done.json, its tracked
+    # value in metrics.csv and the W&B history against epoch, from initialisation on.
+    analysis = run / "analysis"
+    rows = read_csv(analysis / "confidence.csv")
+    assert len(rows) == 8 and all(0.5 <= float(r["confidence"]) <= 1 for r in rows)  # two classes: at least 1/2
+    assert (analysis / "confidence_hist.png").is_file()
+    mean = sum(float(r["confidence"]) for r in rows) / len(rows)
+    assert record.summary["analysis/mean_confidence"] == pytest.approx(mean, abs=1e-5)
+    assert json.loads((run / "done.json").read_text())["mean_confidence"] == pytest.approx(mean, abs=1e-5)
+    assert len(record.table("analysis/confidence")["data"]) == 8
+    assert "analysis/figures/confidence_hist.path" in record.summary
+    epochs = [row["epoch"] for row in record.history if "track/confidence" in row]
+    assert epochs == [0, 1, 2] and [r for r in read_csv(run / "metrics.csv") if r.get("track/confidence")]
 
     (run / "done.json").unlink()  # as a kill just before the rung's last write leaves it: make ladder resumes it
     made = quietly(
@@ -81,6 +106,7 @@ def test_a_new_rung_metric_and_source_run_through_train_py_and_make_ladder(
         assert [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")] == rungs
     assert "| layer-1 self share |" in report and "gradient clipping at norm 1" in report
     assert "self_share" in (ladder / "ladder.csv").read_text().splitlines()[0]
+    assert "| mean confidence |" in report and all(row["mean_confidence"] for row in read_csv(ladder / "ladder.csv"))
     assert (run / "demo" / "index.html").is_file() and (run / "demo" / "data.js").is_file()
 
 
@@ -88,3 +114,9 @@ def test_the_readmes_rung_example_is_the_rung_tested(repo_root):
     readme = (repo_root / "README.md").read_text()
     example = readme.split("For example `conf/step/grad_clip.yaml`:\n\n```yaml\n", 1)[1].split("```", 1)[0]
     assert OmegaConf.create(example) == OmegaConf.create(GRAD_CLIP_RUNG)
+
+
+def test_the_readmes_probe_example_is_the_probe_tested(repo_root):
+    readme = (repo_root / "README.md").read_text()
+    example = readme.split("`src/vitladder/analysis/probes/confidence.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
+    assert example.strip() == CONFIDENCE_PROBE.strip()

@@ -220,6 +220,12 @@ def range_errors(cfg: DictConfig) -> list[str]:
         if value is not _ABSENT and not in_range(value):
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
+    from vitladder.analysis.probes import probe_names  # the package's modules, found without importing them
+
+    asked = OmegaConf.select(cfg, "analysis.probes", default=None) or ()
+    unknown = [name for name in asked if name not in probe_names()]
+    if unknown:
+        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probe_names())}")
     if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
         errors.append(
             f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "

@@ -159,6 +159,8 @@ class AnalysisConfig:
     example_image: int = MISSING
     track_every_n_epochs: int = MISSING
     track_images: int = MISSING
+    probes: list[str] = MISSING  # modules of analysis/probes/, run in this order; outside the recipe
+    settings: dict[str, Any] = field(default_factory=dict)  # probe name -> its own settings (e.g. ablation draws)
 
 
 @dataclass

@@ -7,7 +7,7 @@
         metrics.csv                           per-epoch metrics and per-step lr
         checkpoints/last.ckpt                 Lightning's resumable state
         checkpoints/model.pt                  the final model (MODEL_FORMAT), loadable without Lightning
-        analysis/heads.csv, layers.csv, tracking.csv and figures
+        analysis/<table>.csv, <figure>.png   each probe's (analysis.probes): heads.csv, layers.csv, ...
         done.json                             written last: its presence means the rung is finished
 
 Every reader and writer of run folders (training, analysis, report, demo, scripts) takes its names
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 MODEL_FORMAT = "vitladder-model/1"  # the "format" entry of model.pt; bump it when its keys change
-HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
+LAYERS_CSV = "layers.csv"  # the attention probe's table the ladder report draws its by-layer figures from
 
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 

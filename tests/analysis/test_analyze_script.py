@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -41,9 +42,13 @@ def test_default_output_keeps_the_tracking_history(fitted_run, tmp_path: Path) -
     run = copy_run(fitted_run, tmp_path)
     (run / "analysis" / "heads.csv").unlink()
     (run / "analysis" / "locality.png").unlink()
+    (run / "done.json").write_text(json.dumps({"rung": "patch4", "test_acc": 0.5, "layer1_distance_px": -1.0}))
     out = load_script("analyze").main([str(run), "--images", "10", "--batch-size", "4"])
     assert out == run / "analysis" and (out / "heads.csv").is_file() and (out / "locality.png").is_file()
-    assert len(read_csv(out / "tracking.csv")) == 21
+    assert len(read_csv(out / "tracking.csv")) == 21  # the history from the run's metrics.csv
+    # done.json, which the ladder report reads, follows the new analysis; its other results stay
+    done = json.loads((run / "done.json").read_text())
+    assert done["test_acc"] == 0.5 and done["analysis_images"] == 10 and 0 < done["layer1_distance_px"] < 17
 
 
 def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> None:

@@ -17,27 +17,32 @@ from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.outputs import read_csv
 from vitladder.analysis.summary import analyse
 
-EXPECTED_FILES = {
-    "heads.csv",
-    "layers.csv",
-    "tracking.csv",
-    "distance.png",
-    "entropy.png",
-    "explainer.png",
-    "cls_attention.png",
-    "locality.png",
-}
+
+def made_files(results) -> set[str]:
+    """The files the probes' results name: each table's CSV and each figure's PNG."""
+    return {
+        f"{name}.{kind}"
+        for r in results.values()
+        for kind, of in (("csv", r.tables), ("png", r.figures))
+        for name in of
+    }
 
 
 def test_history_covers_initialisation_and_every_epoch(fitted_run) -> None:
     history = fitted_run.callback.history
-    assert sorted({(r["epoch"], r["layer"]) for r in history}) == [(e, layer) for e in range(3) for layer in range(7)]
-    assert all(0 < r["distance_px"] < 17 and 0 < r["entropy_nats"] <= 4.175 for r in history)
+    assert [r["epoch"] for r in history] == [0, 1, 2]
+    for row in history:
+        assert all(0 < row[f"layer{layer}/distance_px"] < 17 for layer in range(7))
+        assert all(0 < row[f"layer{layer}/entropy_nats"] <= 4.175 for layer in range(7))
 
 
 def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     out = fitted_run.run_dir / "analysis"
-    assert {p.name for p in out.iterdir()} == EXPECTED_FILES
+    results = fitted_run.callback.results
+    assert list(results) == list(fitted_run.cfg.analysis.probes)  # the configured probes, in their order
+    assert {p.name for p in out.iterdir()} == made_files(results)
+    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png", "cls_attention.png", "ablation.csv",
+            "ablation_mean.png", "position_similarity.png"} <= made_files(results)  # fmt: skip
     heads = read_csv(out / "heads.csv")
     assert len(heads) == 42 and list(heads[0])[:5] == ["layer", "head", "distance_px", "entropy_nats", "cls_share"]
     assert len(read_csv(out / "tracking.csv")) == 21
@@ -48,14 +53,13 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
         test.images[:40],
         40,
         4,
-        example_index=None,
         stats=fitted_run.datamodule.stats,
     )
     got = torch.tensor([[float(r["distance_px"]), float(r["entropy_nats"])] for r in heads]).view(7, 6, 2)
     assert torch.allclose(got[..., 0], again.heads["distance_px"], atol=1e-4)
     assert torch.allclose(got[..., 1], again.heads["entropy_nats"], atol=1e-4)
-    summary = fitted_run.callback.summary
-    assert summary.num_images == 40 and summary.example.index == 3
+    assert fitted_run.callback.scalars["analysis_images"] == 40
+    assert "test image 3 " in results["cls_attention"].figures["cls_attention"].get_suptitle()
     assert fitted_run.callback.seconds < 60
 
 
@@ -66,21 +70,24 @@ def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
         for row in rows
         if row.get("track/layer1/distance_px")
     }
-    history = {r["epoch"]: r["distance_px"] for r in fitted_run.callback.history if r["layer"] == 1}
+    history = {r["epoch"]: r["layer1/distance_px"] for r in fitted_run.callback.history}
     # epoch = epochs trained, as in the history: the point at initialisation is logged too, at epoch 0.
     assert tracked == pytest.approx({0: history[0], 1: history[1], 2: history[2]}, abs=1e-4)
     assert any(row.get("track/layer6/entropy_nats") for row in rows)
+    positions = {float(row["epoch"]) for row in rows if row.get("track/position_grid_correlation")}
+    assert positions == {0, 1, 2}  # the position embeddings' grid correlation, from initialisation on
 
 
 def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:
     run = wandb_run_reader(next((fitted_run.run_dir / "wandb").glob("offline-run-*")))
-    layer1 = fitted_run.callback.summary.layers["distance_px"][1].item()
+    layer1 = fitted_run.callback.scalars["layer1_distance_px"]
     summary = run.summary
-    assert summary["analysis/layer1/distance_px"] == pytest.approx(layer1, abs=1e-4)
+    assert summary["analysis/layer1_distance_px"] == pytest.approx(layer1, abs=1e-4)
+    assert summary["analysis/images"] == 40
     for key in (
-        "analysis/layer6/entropy_nats",
-        "analysis/layer0/cls_share",
+        "analysis/layer1_entropy_nats",
         "analysis/uniform_distance_px",
+        "analysis/tracking.path",
         "analysis/heads.path",
         "analysis/figures/cls_attention.path",
         "analysis/distance_px_by_layer_table.path",
@@ -117,8 +124,8 @@ def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_p
     cfg = OmegaConf.merge(fitted_run.cfg, {"run_dir": str(run_dir)})
     callback = AttentionAnalysis.from_config(cfg.analysis, out_dir=run_dir / "analysis", rung=cfg.rung, patch_px=4)
     fit_fn(cfg, callback, wandb_dir=None, ckpt_path=str(run_dir / "checkpoints" / "last.ckpt"), max_epochs=3)
-    assert sorted({r["epoch"] for r in callback.history}) == [0, 1, 2, 3]
-    assert callback.history[:21] == fitted_run.callback.history  # the old rows, initialisation included
+    assert [r["epoch"] for r in callback.history] == [0, 1, 2, 3]
+    assert callback.history[:3] == fitted_run.callback.history  # the old rows, initialisation included
     assert len(read_csv(run_dir / "analysis" / "tracking.csv")) == 28
 
 
@@ -129,15 +136,14 @@ def record_analysis_and_teardown(monkeypatch) -> list:
     from vitladder.training.module import RecipeModule
 
     events: list = []
-    cpu, final = RecipeModule.cpu, callback_module.analyse
+    cpu, final = RecipeModule.cpu, callback_module.run_probes
     monkeypatch.setattr(RecipeModule, "cpu", lambda self: events.append("teardown") or cpu(self))
 
-    def recorded(model, images, *args, labels=None, **kwargs):
-        if labels is not None:  # the final analysis (the tracking passes no labels)
-            events.append(("analysis", next(model.parameters()).device))
-        return final(model, images, *args, labels=labels, **kwargs)
+    def recorded(model, *args, **kwargs):
+        events.append(("analysis", next(model.parameters()).device))
+        return final(model, *args, **kwargs)
 
-    monkeypatch.setattr(callback_module, "analyse", recorded)
+    monkeypatch.setattr(callback_module, "run_probes", recorded)
     return events
 
 
@@ -176,7 +182,7 @@ def test_the_final_analysis_runs_on_the_training_device(tmp_path: Path, monkeypa
     events.clear()
     trainer, callback = fit(tmp_path / "again", ckpt_path=tmp_path / "last.ckpt")
     assert trainer.global_step == 2, "nothing left to train"
-    assert events[:2] == ["teardown", ("analysis", trainer.strategy.root_device)] and callback.summary is not None
+    assert events[:2] == ["teardown", ("analysis", trainer.strategy.root_device)] and callback.results is not None
     assert next(trainer.lightning_module.parameters()).device.type == "cpu"
 
 
@@ -189,6 +195,7 @@ def test_state_dict_round_trip_and_config() -> None:
             "example_image": 2,
             "track_every_n_epochs": 3,
             "track_images": 4,
+            "probes": ["attention"],
         }
     )
     callback = AttentionAnalysis.from_config(cfg, out_dir=Path("x"), rung="warmup", patch_px=8)
@@ -199,13 +206,14 @@ def test_state_dict_round_trip_and_config() -> None:
         callback.track_every_n_epochs,
         callback.track_images,
         callback.patch_px,
-    ) == (10, 5, 2, 3, 4, 8)
-    callback.history = [{"epoch": 0, "layer": 0, "distance_px": 1.0, "entropy_nats": 2.0}]
+        callback.probes,
+    ) == (10, 5, 2, 3, 4, 8, ("attention",))
+    callback.history = [{"epoch": 0, "layer0/distance_px": 1.0, "layer0/entropy_nats": 2.0}]
     other = AttentionAnalysis(out_dir="y", rung="warmup", patch_px=8)
     other.load_state_dict(callback.state_dict())
     assert other.history == callback.history
     other.load_state_dict({"history": [{"epoch": 3, "layer": 1, "distance": 5.0, "entropy": 1.5}]})  # older keys
-    assert other.history == [{"epoch": 3, "layer": 1, "distance_px": 5.0, "entropy_nats": 1.5}]
+    assert other.history == [{"epoch": 3, "layer1/distance_px": 5.0, "layer1/entropy_nats": 1.5}]
 
 
 def test_disabled_callback_does_nothing() -> None:
@@ -219,4 +227,4 @@ def test_disabled_callback_does_nothing() -> None:
     callback.on_train_epoch_end(Trainer(), None)
     callback.on_train_end(Trainer(), None)
     callback.on_fit_end(Trainer(), None)
-    assert callback.history == [] and callback.summary is None and not Path("never").exists()
+    assert callback.history == [] and callback.results is None and not Path("never").exists()

@@ -16,7 +16,8 @@ from vitladder.analysis import metrics
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.metrics import HeadMetric
-from vitladder.analysis.outputs import analysis_summary_for_done, layer_rows, layers_columns, read_csv, write_csv
+from vitladder.analysis.outputs import read_csv, write_csv
+from vitladder.analysis.probes.attention import layer_rows
 from vitladder.analysis.summary import analyse
 from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.augment import CIFAR10_STATS, normalize
@@ -99,7 +100,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     expected = torch.stack([self_share(a) for a in maps])  # (L, H)
     _, val_maps = capture_attention(model, normalize(val))
     tracked = [self_share(a).mean().item() for a in val_maps]  # (L,) layer means
-    assert [r["self_share"] for r in callback.history] == pytest.approx(tracked, abs=1e-6)
+    assert [callback.history[0][f"layer{layer}/self_share"] for layer in range(3)] == pytest.approx(tracked, abs=1e-6)
     assert logged["track/layer2/self_share"] == pytest.approx(tracked[2], abs=1e-6)
 
     out = tmp_path / "analysis"
@@ -112,13 +113,13 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     assert callback.files["self"] == out / "self.png"
     with Image.open(out / "self.png") as image:
         assert image.format == "PNG" and min(image.size) > 200
-    done = analysis_summary_for_done(callback.summary)
+    done = callback.scalars
     assert done["layer1_self_share"] == pytest.approx(expected[1].mean().item(), abs=1e-6)
     assert done["uniform_self_share"] == pytest.approx(1 / 17, abs=1e-6)
 
     run = FakeRun()
-    log_analysis(run, callback.summary, callback.files, "patch8", seed=0)
-    assert run.summary["analysis/layer1/self_share"] == pytest.approx(expected[1].mean().item(), abs=1e-6)
+    log_analysis(run, callback.results, callback.files, "patch8", seed=0, num_images=5)
+    assert run.summary["analysis/layer1_self_share"] == pytest.approx(expected[1].mean().item(), abs=1e-6)
     assert run.summary["analysis/uniform_self_share"] == pytest.approx(1 / 17, abs=1e-6)
     for table in ("analysis/heads", "analysis/layers"):
         assert "self_share" in run.logged[table].columns
@@ -129,26 +130,25 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
 
 def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMetric) -> None:
     ladder = tmp_path / "smoke"
-    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH, example_index=None)
+    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH)
     rows = layer_rows(summary)
-    for rung, written in (("patch8", rows), ("augment", rows)):
+    toy_done = {"layer1_self_share": rows[1]["self_share"], "uniform_self_share": 1 / 17}
+    for rung in ("patch8", "augment"):
         run = ladder / rung
         (run / "analysis").mkdir(parents=True)
-        (run / "done.json").write_text(json.dumps({"rung": rung, "seed": 0, "test_acc": 0.5}))
-        if rung == "augment":  # analysed before the toy metric was declared: its layers.csv lacks the column
-            columns = [c for c in layers_columns() if "self_share" not in c]
-            written = [{k: v for k, v in r.items() if k in columns} for r in rows]
-            write_csv(run / "analysis" / "layers.csv", columns, written)
-        else:
-            write_csv(run / "analysis" / "layers.csv", layers_columns(), written)
+        # augment was analysed before the toy metric was declared: neither done.json nor layers.csv has it
+        done = {"rung": rung, "seed": 0, "test_acc": 0.5, **(toy_done if rung == "patch8" else {})}
+        (run / "done.json").write_text(json.dumps(done))
+        written = rows if rung == "patch8" else [{k: v for k, v in r.items() if "self_share" not in k} for r in rows]
+        write_csv(run / "analysis" / "layers.csv", list(written[0]), written)
 
     report = build_report(ladder).read_text()
 
     ladder_csv = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
-    assert float(ladder_csv["patch8"]["layer1_self_share"]) == pytest.approx(rows[1]["self_share"])
+    assert float(ladder_csv["patch8"]["layer1_self_share"]) == pytest.approx(rows[1]["self_share"], abs=1e-6)
     assert ladder_csv["augment"]["layer1_self_share"] == ""  # not measured there: an empty cell
     header = next(line for line in report.splitlines() if line.startswith("| rung |"))
-    assert header.endswith("| layer-1 self share | uniform | not as in the article | seeds | figures |")
+    assert "| uniform (px) | layer-1 self share | uniform |" in header  # after the metrics declared before it
     patch8 = next(line for line in report.splitlines() if line.startswith("| `patch8` |"))
     assert f"| {rows[1]['self_share']:.3f} | {1 / 17:.3f} |" in patch8
     assert "![self per layer](self_by_layer.png)" in report and "`self.png`" in report

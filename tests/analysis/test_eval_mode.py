@@ -20,7 +20,7 @@ from torch import nn
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
 from vitladder.analysis.outputs import read_csv
-from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.analysis.summary import AttentionSummary, analyse, example_attention
 from vitladder.config import compose_rung
 from vitladder.data.augment import CIFAR10_STATS
 from vitladder.data.datamodule import Split
@@ -47,31 +47,14 @@ def some_images(n: int, seed: int) -> torch.Tensor:
 
 
 def as_tensors(summary: AttentionSummary) -> dict[str, object]:
-    example = summary.example
-    return {
-        "heads": torch.stack(
-            [
-                summary.heads["distance_px"],
-                summary.heads["entropy_nats"],
-                summary.heads["cls_share"],
-                summary.heads["distance_drop_px"],
-            ]
-        ),
-        "meta": (summary.grid, summary.patch_px, summary.num_images),
-        "example": None
-        if example is None
-        else torch.cat([example.cls_maps.flatten(), example.rollout, example.rollout_by_layer.flatten()]),
-        "example_meta": None if example is None else (example.index, example.label, example.predicted),
-    }
+    heads = [summary.heads[name] for name in ("distance_px", "entropy_nats", "cls_share", "distance_drop_px")]
+    return {"heads": torch.stack(heads), "meta": (summary.grid, summary.patch_px, summary.num_images)}
 
 
 def assert_same(a: AttentionSummary, b: AttentionSummary) -> None:
     ta, tb = as_tensors(a), as_tensors(b)
-    assert ta["meta"] == tb["meta"] and ta["example_meta"] == tb["example_meta"]
+    assert ta["meta"] == tb["meta"]
     assert torch.equal(ta["heads"], tb["heads"]), "the per-head numbers differ"
-    assert (ta["example"] is None) == (tb["example"] is None)
-    if ta["example"] is not None:
-        assert torch.equal(ta["example"], tb["example"]), "the example image's maps differ"
 
 
 def eval_reference(images: torch.Tensor, **kwargs) -> AttentionSummary:
@@ -89,13 +72,13 @@ def test_train_mode_would_change_the_numbers() -> None:
 
 
 def test_analyse_runs_in_eval_mode_and_is_deterministic() -> None:
-    images, labels = some_images(6, 1), torch.arange(6)
+    images = some_images(6, 1)
     model = stochastic_vit()
-    first = analyse(model, images, batch_size=4, patch_px=PATCH, labels=labels, example_index=2)
-    second = analyse(model, images, batch_size=4, patch_px=PATCH, labels=labels, example_index=2)
+    first = analyse(model, images, batch_size=4, patch_px=PATCH)
+    second = analyse(model, images, batch_size=4, patch_px=PATCH)
     assert model.training, "the caller's train mode must be restored"
     assert_same(first, second)
-    assert_same(first, eval_reference(images, batch_size=4, labels=labels, example_index=2))
+    assert_same(first, eval_reference(images, batch_size=4))
 
 
 class LightningLike(nn.Module):
@@ -134,18 +117,17 @@ def make_callback(out_dir: Path, data: SimpleNamespace) -> AttentionAnalysis:
 
 def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images(tmp_path: Path) -> None:
     trainer = stub_trainer(epoch=2)
-    reference = eval_reference(trainer.datamodule.val.images[:5], batch_size=4, example_index=None).layers
+    reference = eval_reference(trainer.datamodule.val.images[:5], batch_size=4).layers
     histories = []
     for attempt in range(2):
         module = LightningLike(stochastic_vit())
         callback = make_callback(tmp_path / f"a{attempt}", trainer.datamodule)
         callback.on_train_epoch_end(trainer, module)
         assert module.model.training and module.training  # Lightning's train mode is left as it was
-        rows = [r for r in callback.history if r["epoch"] == 3]
-        assert [r["layer"] for r in rows] == [0, 1, 2]
-        assert [r["distance_px"] for r in rows] == reference["distance_px"].tolist()
-        assert [r["entropy_nats"] for r in rows] == reference["entropy_nats"].tolist()
-        assert module.logged["track/layer2/distance_px"] == rows[2]["distance_px"]
+        (row,) = [r for r in callback.history if r["epoch"] == 3]
+        assert [row[f"layer{layer}/distance_px"] for layer in range(3)] == reference["distance_px"].tolist()
+        assert [row[f"layer{layer}/entropy_nats"] for layer in range(3)] == reference["entropy_nats"].tolist()
+        assert module.logged["track/layer2/distance_px"] == row["layer2/distance_px"]
         histories.append(callback.history)
     assert histories[0] == histories[1]
 
@@ -153,13 +135,18 @@ def test_the_callbacks_tracking_runs_in_eval_mode_on_the_first_validation_images
 def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path) -> None:
     trainer = stub_trainer()
     test = trainer.datamodule.test
-    reference = eval_reference(test.images[:7], batch_size=4, labels=test.labels[:7], example_index=3)
+    reference = eval_reference(test.images[:7], batch_size=4)
+    example = example_attention(stochastic_vit().eval(), test.images[:7], test.labels[:7], 3, CIFAR10_STATS)
     module = LightningLike(stochastic_vit())
     callback = make_callback(tmp_path, trainer.datamodule)
     callback.on_train_end(trainer, module)  # writes figures: once, and compared with the eval-mode numbers
     assert module.model.training
-    assert callback.summary.num_images == 7 and (tmp_path / "heads.csv").is_file()
-    assert_same(callback.summary, reference)
+    assert callback.scalars["analysis_images"] == 7 and (tmp_path / "heads.csv").is_file()
+    heads = callback.results["attention"].tables["heads"]  # (L * H) rows, layer-major, unrounded
+    for name in ("distance_px", "entropy_nats", "cls_share", "distance_drop_px"):
+        assert torch.equal(torch.tensor([r[name] for r in heads]), reference.heads[name].flatten()), name
+    title = callback.results["cls_attention"].figures["cls_attention"].get_suptitle()
+    assert f"test image 3 (true c{example.label}, predicted c{example.predicted})" in title
 
 
 def test_the_demo_export_runs_in_eval_mode_and_is_deterministic() -> None:
@@ -216,7 +203,7 @@ def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Pat
     assert checkpoint.load_model is not load_model  # the script really read the model through the patch
 
     images, labels, _ = run_test_split(cfg)
-    reference = eval_reference(images[:6], batch_size=4, labels=labels[:6], example_index=1)
+    reference = eval_reference(images[:6], batch_size=4)
     values = torch.tensor(
         [
             [float(r["distance_px"]), float(r["entropy_nats"]), float(r["cls_share"])]

@@ -16,9 +16,10 @@ from matplotlib.text import Text
 from PIL import Image
 
 from vitladder.analysis import figures
-from vitladder.analysis.outputs import CLASS_NAME_CHARS, write_analysis
-from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.analysis.probes import Context, cls_attention, run_probes
+from vitladder.analysis.probes.cls_attention import CLASS_NAME_CHARS
 from vitladder.config import compose_rung
+from vitladder.data.augment import CIFAR10_STATS
 from vitladder.demo.export import export_demo
 from vitladder.demo.pack import read_data_js
 from vitladder.model import ViTConfig, build_vit
@@ -28,25 +29,18 @@ from vitladder.training.run import train_rung
 HOSTILE = ("price_$", "a$b$c", "<b>x</b>", "new\nline", r"\frac{1}{0}^_", "</script><!--", "x" * 300)
 
 
-@pytest.fixture(scope="module")
-def summary() -> AttentionSummary:
+def example_figure(classes, tmp_path: Path | None = None) -> Figure:
+    """The cls_attention probe's figure of test image 2 of six, for a model of ``classes`` (saved into ``tmp_path``)."""
     torch.manual_seed(0)
     model = build_vit(ViTConfig(patch_size=4, embed_dim=24))
     images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
-    return analyse(model, images, batch_size=6, patch_px=4, labels=torch.arange(6), example_index=2)
-
-
-def capture_figures(monkeypatch: pytest.MonkeyPatch, render: bool = True) -> list[Figure]:
-    """The figures the plot functions save, kept for inspection (and still written if ``render``)."""
-    captured: list[Figure] = []
-    save = figures.save_figure
-
-    def keep(fig: Figure, path, dpi: int = 120) -> Path:
-        captured.append(fig)
-        return save(fig, path, dpi) if render else Path(path)
-
-    monkeypatch.setattr(figures, "save_figure", keep)
-    return captured
+    ctx = Context("patch4", 0, 4, 8, CIFAR10_STATS, tuple(classes), example_index=2)
+    figure = run_probes(model, images, torch.arange(6), ctx, ["cls_attention"])["cls_attention"].figures[
+        "cls_attention"
+    ]
+    if tmp_path is not None:
+        figures.save_figure(figure, tmp_path / "cls_attention.png")
+    return figure
 
 
 def assert_plain(figs: list[Figure]) -> None:
@@ -57,36 +51,37 @@ def assert_plain(figs: list[Figure]) -> None:
 
 
 def test_class_names_in_the_example_title_are_plain_one_line_text(
-    tmp_path: Path, summary: AttentionSummary, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The issue's case: a class folder `price_$` as the true and the predicted class of the example
     # gives the title two dollars, which matplotlib would parse as maths and raise on.
-    figs = capture_figures(monkeypatch)
-    files = write_analysis(summary, tmp_path / "dollar", "patch4", ["price_$"] * 10)
-    assert files["cls_attention"].is_file()
-    assert figs[-1].get_suptitle() == "patch4: CLS attention, test image 2 (true price_$, predicted price_$)"
-    assert_plain(figs)
+    figure = example_figure(["price_$"] * 10, tmp_path)
+    assert (tmp_path / "cls_attention.png").is_file()
+    assert figure.get_suptitle() == "patch4: CLS attention, test image 2 (true price_$, predicted price_$)"
+    assert_plain([figure])
 
-    figs = capture_figures(monkeypatch, render=False)  # the title is what matters here: no need to draw again
-    wrong = replace(summary, example=replace(summary.example, label=0, predicted=1))
-    write_analysis(wrong, tmp_path / "long", "patch4", ["new\nline", "x" * 300])
+    real = cls_attention.example_attention
+    monkeypatch.setattr(cls_attention, "example_attention", lambda *a: replace(real(*a), label=0, predicted=1))
     assert (
-        figs[-1].get_suptitle()
+        example_figure(["new\nline", "x" * 300]).get_suptitle()
         == f"patch4: CLS attention, test image 2 (true new\\nline, predicted {'x' * (CLASS_NAME_CHARS - 1)}…)"
     )
 
 
-def test_every_figure_shows_titles_and_labels_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figs = capture_figures(monkeypatch)
+def test_every_figure_shows_titles_and_labels_as_written(tmp_path: Path) -> None:
     text = " ".join(HOSTILE[:-1])
     history = [
         {"epoch": e, "layer": layer, "distance_px": 10.0 + layer, "entropy_nats": 3.0}
         for e in range(2)
         for layer in range(2)
     ]
-    figures.plot_heads(np.full((7, 6), 0.5), 0.5, text, text, tmp_path / "heads.png")
-    figures.plot_layer_lines({text: [1.0, 2.0]}, {text + " ref": 1.5}, text, text, tmp_path / "lines.png")
-    figures.plot_tracking(history, {"distance_px": 16.0, "entropy_nats": 4.0}, text, tmp_path / "tracking.png")
+    figs = [
+        figures.plot_heads(np.full((7, 6), 0.5), 0.5, text, text),
+        figures.plot_layer_lines({text: [1.0, 2.0]}, {text + " ref": 1.5}, text, text),
+        figures.plot_tracking(history, {"distance_px": 16.0, "entropy_nats": 4.0}, text),
+    ]
+    for fig, name in zip(figs, ("heads.png", "lines.png", "tracking.png")):
+        figures.save_figure(fig, tmp_path / name)
     assert figs[0].axes[0].get_title() == text and figs[0].axes[0].get_ylabel() == text
     assert [t.get_text() for t in figs[1].axes[0].get_legend().get_texts()] == [text, text + " ref"]
     assert figs[2].get_suptitle() == text

@@ -50,20 +50,6 @@ def images(n: int) -> torch.Tensor:
     return torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
 
 
-def test_analyse_defaults_to_the_first_image_as_its_example_and_none_when_asked() -> None:
-    model, batch = tiny_vit(), images(3)
-    assert analyse(model, batch, batch_size=2, patch_px=8).example.index == 0
-    assert analyse(model, batch, batch_size=2, patch_px=8, example_index=None).example is None
-
-
-@pytest.mark.parametrize(
-    "bad", [torch.zeros(3, 32, 32, dtype=torch.uint8), torch.zeros(0, 3, 32, 32, dtype=torch.uint8)]
-)
-def test_analyse_refuses_anything_but_a_batch_of_uint8_images(bad: torch.Tensor) -> None:
-    with pytest.raises(ValueError, match=r"^expected \(N, 3, H, W\) uint8 images with N > 0"):
-        analyse(tiny_vit(), bad, batch_size=2, patch_px=8)
-
-
 def test_a_bf16_model_is_analysed_in_its_own_dtype() -> None:
     model, batch = tiny_vit(), images(2)
     reference = analyse(model, batch, batch_size=2, patch_px=8)
@@ -73,5 +59,5 @@ def test_a_bf16_model_is_analysed_in_its_own_dtype() -> None:
 
 def test_the_images_go_to_the_models_device_and_dtype() -> None:
     model = tiny_vit().to(device="meta", dtype=torch.bfloat16)
-    inputs = summary_module._inputs(model, images(2), CIFAR10_STATS)  # what every forward pass of the analysis sees
+    inputs = summary_module.model_inputs(model, images(2), CIFAR10_STATS)  # what every analysis forward pass sees
     assert inputs.device.type == "meta" and inputs.dtype == torch.bfloat16 and inputs.shape == (2, 3, 32, 32)

@@ -36,10 +36,10 @@ FIGURES = {
     "checkpoint_s",
     "checkpoint_mib",
     "checkpoint_share",
+    "probe_s_per_1000_images",
+    "probes_over_epoch",
 }
-TINY_RUN = dict(
-    batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=32, analysis_batch_size=16, analysis_rounds=1
-)
+TINY_RUN = dict(batch_size=16, warmup=1, steps=2, rounds=2, analysis_images=8, analysis_rounds=1)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_the_benchmark_reports_every_figure(tiny_report):
     ):
         assert figures[key] > 0, key
     assert figures["epoch_s"] == pytest.approx(45_000 / figures["project_images_per_s"])
-    assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 32
+    assert figures["settings"]["embed_dim"] == 48 and figures["analysis_images"] == 8
     assert all(len(times) == 2 for times in figures["rounds"].values())
     assert figures["meets_targets"]["analysis_over_forward"] is None  # the 1.3x target is the full model's
     assert figures["host_syncs_per_step"]["train"] == 0, "a training step never waits for the device"
@@ -70,17 +70,24 @@ def test_the_benchmark_reports_every_figure(tiny_report):
     assert 1 < figures["checkpoint_mib"] < 5 and figures["checkpoint_s"] > 0  # weights + AdamW at width 48
     # An epoch is shorter than the full profile's 60 s interval at this speed: one save a minute.
     assert figures["checkpoint_share"] == pytest.approx(figures["checkpoint_s"] / max(60, figures["epoch_s"]))
+    # Every configured probe timed on 8 images, reported per 1,000, against one epoch of the same model.
+    probes = figures["probe_s_per_1000_images"]
+    assert list(probes) == list(compose_rung("patch4", []).analysis.probes) and all(t > 0 for t in probes.values())
+    assert figures["probes_over_epoch"] == pytest.approx(sum(probes.values()) / figures["epoch_s"])
     table = format_table(report)
     for label in (
         "project / bare",
         "data share of a step",
-        "analysis / forward",
+        "attention probe / forward",
         "CIFAR-10 epoch",
         "host syncs / train step",
         "host syncs / eval step",
         "last.ckpt write + fsync",
+        "all probes / epoch",
+        "probe head_ablation s / 1k images",
     ):
         assert label in table
+    assert "(from 8)" in table  # measured on fewer images than it says: said so
 
 
 def test_a_sync_planted_in_a_step_is_counted_and_the_checkpoint_is_a_real_last_ckpt(tiny_report, monkeypatch, tmp_path):

@@ -10,24 +10,25 @@ import pytest
 from entry_points import load_script
 from PIL import Image
 
-from vitladder.analysis.outputs import layers_columns, read_csv, write_csv
-from vitladder.config import get_rung, rung_names
+from vitladder.analysis.outputs import read_csv, write_csv
+from vitladder.analysis.probes import columns
+from vitladder.config import compose_rung, get_rung, rung_names
 from vitladder.report.ladder_report import build_report, collect, mean_ci, t_quantile_975
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.report.wandb_run import log_report_to_wandb
+from vitladder.run_folder import read_summary
 
 REPO = Path(__file__).resolve().parents[2]
-LADDER_COLUMNS = [
-    "rung",
-    "test_acc",
+ATTENTION_COLUMNS = [  # the attention probe's, first in the default list of probes
     "layer1_distance_px",
     "uniform_distance_px",
     "layer1_entropy_nats",
     "uniform_entropy_nats",
     "layer1_distance_drop_px",
     "uniform_distance_drop_px",
-    *SETTING_COLUMNS,
 ]
+PROBE_COLUMNS = [column.key for column in columns(compose_rung("patch8", []).analysis.probes)]  # the default list
+LADDER_COLUMNS = ["rung", "test_acc", *PROBE_COLUMNS, *SETTING_COLUMNS]
 # done.json's record of what a smoke run trained (training.results.rung_summary, ImageDataModule.facts)
 SMOKE_SETTING = {
     "epochs": 1,
@@ -78,6 +79,7 @@ def make_run(
     )
     patch8 = rung in ("patch8", "augment")
     uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
+    scalars = {}  # the attention probe's numbers in done.json (probes/attention.py), once analysed
     if analysed:
         rows = [
             {
@@ -92,7 +94,9 @@ def make_run(
             }
             for layer in range(7)
         ]
-        write_csv(run / "analysis" / "layers.csv", layers_columns(), rows)
+        write_csv(run / "analysis" / "layers.csv", list(rows[0]), rows)
+        for name in ("distance_px", "entropy_nats", "distance_drop_px"):
+            scalars |= {f"layer1_{name}": rows[1][name], f"uniform_{name}": rows[1][f"uniform_{name}"]}
     if finished:
         (run / "done.json").write_text(
             json.dumps(
@@ -104,6 +108,7 @@ def make_run(
                     "test_acc": test_acc,
                     "test_loss": 1.0,
                     "val_acc": test_acc,
+                    **scalars,
                 }
             )
         )
@@ -123,7 +128,7 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
     report = build_report(ladder)
 
     rows = read_csv(ladder / "ladder.csv")
-    assert list(rows[0]) == LADDER_COLUMNS
+    assert list(rows[0]) == LADDER_COLUMNS and PROBE_COLUMNS[: len(ATTENTION_COLUMNS)] == ATTENTION_COLUMNS
     assert [r["rung"] for r in rows] == list(rung_names())
     assert float(rows[2]["test_acc"]) == pytest.approx(0.52)
     assert float(rows[2]["layer1_distance_px"]) == pytest.approx(13.0)
@@ -275,13 +280,21 @@ def test_corrupt_done_json_is_one_clean_error(tmp_path: Path, capsys) -> None:
 
 
 def test_layer_one_is_the_same_layer_in_done_json_layers_csv_and_the_report(tmp_path: Path) -> None:
-    make_run(tmp_path / "ladder", "patch4", layer1=9.25)
-    shallow = make_run(tmp_path / "ladder", "warmup")
-    layers_csv = shallow / "analysis" / "layers.csv"
-    rows = [{**row, "distance_px": 11.5} for row in read_csv(layers_csv) if row["layer"] == "0"]
-    write_csv(layers_csv, layers_columns(), rows)  # a one-layer model's analysis
-    values = {result.rung: result.values("layer1_distance_px") for result in collect(tmp_path / "ladder")}
-    assert values == {"patch4": [9.25], "warmup": [11.5]}
+    import torch
+
+    from vitladder.analysis.outputs import done_scalars
+    from vitladder.analysis.probes import Context, run_probes
+    from vitladder.data.augment import CIFAR10_STATS
+    from vitladder.model import ViTConfig, build_vit
+
+    one_layer = build_vit(ViTConfig(patch_size=8, embed_dim=24, depth=1))  # "layer 1" is its only layer
+    images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    results = run_probes(one_layer, images, torch.arange(4), Context("warmup", 0, 8, 4, CIFAR10_STATS), ["attention"])
+    (layer,) = results["attention"].tables["layers"]
+    run = make_run(tmp_path / "ladder", "warmup", analysed=False)
+    (run / "done.json").write_text(json.dumps({**read_summary(run), **done_scalars(results, 4)}))
+    (result,) = collect(tmp_path / "ladder")
+    assert result.values("layer1_distance_px") == [pytest.approx(layer["distance_px"], abs=1e-6)]
 
 
 def test_every_row_says_what_it_trained_and_where_that_is_not_the_articles_setting(tmp_path: Path) -> None:

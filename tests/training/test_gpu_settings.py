@@ -125,9 +125,9 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
     assert graphs.after_epoch == [2, 2] and counters["stats"]["unique_graphs"] == 2
     # The tracking and the final analysis ran the compiled model eagerly and read its attention through the hooks.
     assert sorted({row["epoch"] for row in tracking.history}) == [0, 1, 2]
-    summary = tracking.summary
-    assert summary is not None and summary.num_images == 16
-    assert torch.isfinite(summary.heads["distance_px"]).all() and (summary.heads["distance_px"] > 0).all()
+    assert tracking.scalars is not None and tracking.scalars["analysis_images"] == 16
+    distance = torch.tensor([row["distance_px"] for row in tracking.results["attention"].tables["heads"]])
+    assert torch.isfinite(distance).all() and (distance > 0).all()
 
 
 def test_a_compile_failure_in_training_falls_back_to_eager_with_one_warning_line(

@@ -19,7 +19,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from vitladder.analysis.summary import AttentionSummary, HeadStats
+from vitladder.analysis.outputs import done_scalars
+from vitladder.analysis.probes import Result
+from vitladder.analysis.probes.attention import headline
+from vitladder.analysis.summary import AttentionSummary
 from vitladder.errors import CheckpointError
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import MODEL_FORMAT, RunPaths, is_finished, read_summary
@@ -39,15 +42,13 @@ def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None
 
 
 def three_layer_summary() -> AttentionSummary:
-    heads = HeadStats(
-        {
-            # (L, H); layers count from 0, so "layer 1" is the second row
-            "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
-            "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
-            "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
-            "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
-        }
-    )
+    heads = {
+        # (L, H); layers count from 0, so "layer 1" is the second row
+        "distance_px": torch.tensor([[9.0, 9.0], [2.0, 4.0], [10.0, 12.0]]),
+        "entropy_nats": torch.tensor([[4.0, 4.0], [1.0, 2.0], [3.0, 3.0]]),
+        "cls_share": torch.tensor([[0.5, 0.25], [0.1, 0.1], [0.2, 0.2]]),
+        "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
+    }
     uniform = {"distance_px": 11.5, "entropy_nats": 4.1, "distance_drop_px": 10.8}
     return AttentionSummary(heads=heads, patch_px=8, grid=4, num_images=16, uniform=uniform)
 
@@ -85,7 +86,8 @@ def test_a_partial_last_epoch_counts_as_the_fraction_of_its_steps_trained():
 
 def test_the_summary_adds_layer_one_of_the_analysis():
     test_metrics = {"test/acc": 0.5, "test/loss": 2.0}
-    summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, three_layer_summary(), started=0.0)
+    analysis = done_scalars({"attention": Result(scalars=headline(three_layer_summary()))}, num_images=16)
+    summary = rung_summary(CFG, fake_trainer(), 0.5, test_metrics, analysis, started=0.0)
     assert summary["layer1_distance_px"] == pytest.approx(3.0)  # layer 1's head mean
     assert summary["layer1_entropy_nats"] == pytest.approx(1.5)
     assert (summary["uniform_distance_px"], summary["uniform_entropy_nats"]) == (11.5, 4.1)

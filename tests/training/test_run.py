@@ -87,9 +87,9 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
         "train/loss",
         "val/loss",
         "lr",
-        "analysis/layer1/distance_px",
-        "analysis/layer6/entropy_nats",
-        "analysis/layer0/cls_share",
+        "analysis/layer1_distance_px",
+        "analysis/layer1_entropy_nats",
+        "analysis/uniform_distance_drop_px",
     ):
         assert key in text, key
     logged = [float(value) for value in re.findall(r'"test/acc": ([-+.0-9eE]+)', text)]  # the value, not only the key

@@ -135,6 +135,6 @@ def test_val_size_0_trains_on_every_training_image_and_tracks_a_fixed_sample_of_
     train, val, _ = run_splits(paths.root)
     assert len(val.labels) == 0 and len(train.labels) == 1200
     stats = ChannelStats.from_dict(torch.load(paths.model, weights_only=True)["normalization"])
-    measured = analyse(saved_model(paths.root), train.images[:32], 32, 4, example_index=None, stats=stats)
+    measured = analyse(saved_model(paths.root), train.images[:32], 32, 4, stats=stats)
     tracked = [float(r["distance_px"]) for r in read_csv(paths.analysis / "tracking.csv") if r["epoch"] == "2"]
     assert tracked == pytest.approx(measured.layers["distance_px"].tolist(), abs=1e-4)

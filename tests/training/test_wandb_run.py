@@ -14,7 +14,7 @@ import pytest
 from entry_points import load_script
 from extensions import add_stripes_source
 
-from vitladder.analysis.wandb_log import by_layer_charts
+from vitladder.analysis.metrics import declared
 from vitladder.data.sources import describe
 from vitladder.training import run as run_module
 from vitladder.training.run import train_rung
@@ -53,14 +53,14 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     assert not [k for row in history for k in row if re.match(r"analysis/layer\d|lr-|.*/pg\d", k)]
 
     summary = run.summary
-    assert 0 < summary["analysis/layer1/distance_px"] < 17 and "test/acc" in summary and "val/acc" in summary
+    assert 0 < summary["analysis/layer1_distance_px"] < 17 and "test/acc" in summary and "val/acc" in summary
     assert run.table("analysis/layers")["columns"][:4] == ["rung", "rung_index", "seed", "layer"]
     # The final analysis: in the history only as media (tables, charts' tables, figures), never a scalar.
     media = [key for row in history for key in row if key.startswith("analysis/")]
     assert media and all(
         f"{key.rsplit('.', 1)[0]}._type" in row for row in history for key in row if key.startswith("analysis/")
     ), "no one-point line panel"
-    for quantity in by_layer_charts():  # custom charts over the layers table
+    for quantity in (m.name for m in declared("wandb")):  # custom charts over the layers table
         assert run.config[f"_wandb.visualize.analysis/{quantity}_by_layer"]["panel_type"] == "Vega2"
         assert summary[f"analysis/{quantity}_by_layer_table._type"] == "table-file"
 

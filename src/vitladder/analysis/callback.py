@@ -1,47 +1,42 @@
-"""The Lightning callback that measures attention during and after training.
+"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training.
 
-- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): the per-layer
-  values of the metrics shown in figures (``metrics.declared("figures")``: distance and entropy) over the
-  first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
-  ``track/layer{l}/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history
-  that travels in the checkpoint, so a resumed run keeps it.
-- After training, on the training device: the full analysis of the final model over the first ``num_images`` test
-  images, written to ``out_dir`` (CSVs + PNGs, see ``outputs.write_analysis``) and logged to
-  W&B (run summary, tables, charts: ``wandb_log.log_analysis``) when a ``WandbLogger`` is among the
-  trainer's loggers.
+- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): each probe's ``track``
+  over the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
+  ``track/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history that travels
+  in the checkpoint, so a resumed run keeps it.
+- After training, on the training device: every probe's ``run`` on the final model over the first
+  ``num_images`` test images, written to ``out_dir`` (``outputs.write_results``) and logged to W&B
+  (``wandb_log.log_analysis``) when a ``WandbLogger`` is among the trainer's loggers; ``scalars`` then holds
+  done.json's analysis numbers.
 All of it runs on global rank zero only, in eval mode, and leaves the model's mode as it was.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
-from torch import nn
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
 
-from vitladder.analysis.metrics import declared
-from vitladder.analysis.outputs import tracking_row, write_analysis
-from vitladder.analysis.summary import AttentionSummary, analyse
+from vitladder.analysis.outputs import TRACK, done_scalars, history_rows, write_results
+from vitladder.analysis.probes import Context, Result, run_probes, track_probes
 from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.datamodule import ImageDataModule, Split
+from vitladder.data.stats import ChannelStats
 from vitladder.training.axes import EPOCH
 
-__all__ = ["AttentionAnalysis", "track_key"]
+__all__ = ["AttentionAnalysis"]
 
 
 def _network(pl_module: L.LightningModule) -> nn.Module:
     """The ViT inside the LightningModule (``RecipeModule.model``), or the module itself."""
     return getattr(pl_module, "model", pl_module)
-
-
-def track_key(layer: int, quantity: str) -> str:
-    """The logged name of a tracked metric (its name: distance_px, entropy_nats, ...) of one layer."""
-    return f"track/layer{layer}/{quantity}"
 
 
 class AttentionAnalysis(L.Callback):
@@ -58,6 +53,8 @@ class AttentionAnalysis(L.Callback):
         enabled: bool = True,
         seed: int = 0,
         data: ImageDataModule | None = None,
+        probes: Sequence[str] = ("attention", "cls_attention"),
+        settings: Mapping[str, Mapping] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.data = data  # the run's set-up datamodule: its validation and test images, classes and statistics
@@ -70,38 +67,60 @@ class AttentionAnalysis(L.Callback):
         self.track_images = int(track_images)
         self.enabled = bool(enabled)
         self.seed = int(seed)  # names the run in the W&B tables
-        self.history: list[dict] = []  # rows in outputs.tracking_columns(): epoch (epochs trained), layer, metrics
-        self.summary: AttentionSummary | None = None  # the final analysis, after fit
+        self.probes = tuple(probes)
+        self.settings = dict(settings or {})
+        self.history: list[dict] = []  # {"epoch": epochs trained, name: value} per tracked epoch
+        self.results: dict[str, Result] | None = None  # the final analysis, after fit
+        self.scalars: dict | None = None  # done.json's analysis numbers, after fit
         self.files: dict[str, Path] = {}
         self.seconds: float | None = None  # how long the final analysis took
 
     @classmethod
     def from_config(
         cls,
-        analysis_cfg: Mapping[str, Any],
+        analysis_cfg: DictConfig,
         out_dir: Path,
         rung: str,
         patch_px: int,
         seed: int = 0,
         data: ImageDataModule | None = None,
     ) -> AttentionAnalysis:
-        """From the ``analysis:`` block of the Hydra config."""
-        keys = ("num_images", "batch_size", "example_image", "track_every_n_epochs", "track_images", "enabled")
-        return cls(
-            out_dir=out_dir,
-            rung=rung,
-            patch_px=patch_px,
-            seed=seed,
-            data=data,
-            **{k: analysis_cfg[k] for k in keys if k in analysis_cfg},
+        """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig)."""
+        block = OmegaConf.to_container(analysis_cfg, resolve=True)  # every key a constructor argument
+        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed, data=data, **block)
+
+    def context(self, image_size: int, stats: ChannelStats, classes: Sequence[str] | None) -> Context:
+        """What the probes are told besides the model and the images."""
+        return Context(
+            rung=self.rung,
+            seed=self.seed,
+            patch_px=self.patch_px,
+            grid=image_size // self.patch_px,
+            stats=stats,
+            classes=tuple(classes) if classes else None,
+            batch_size=self.batch_size,
+            example_index=self.example_image,
+            history=tuple(self.history),
+            settings=self.settings,
         )
+
+    def analyse(
+        self, model: nn.Module, images: Tensor, labels: Tensor, stats: ChannelStats, classes: Sequence[str] | None
+    ) -> dict[str, Path]:
+        """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir``: sets
+        ``results``, ``files`` and ``scalars``; returns the files. scripts/analyze.py calls this too."""
+        ctx = self.context(images.shape[-1], stats, classes)
+        self.results = run_probes(model, images, labels, ctx, self.probes)
+        self.files = write_results(self.results, self.out_dir)
+        self.scalars = done_scalars(self.results, len(images))
+        return self.files
 
     # --- checkpointed state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"history": [dict(r) for r in self.history]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = [tracking_row(r) for r in state_dict.get("history", [])]  # older checkpoints: older keys
+        self.history = history_rows(state_dict.get("history", []))  # older checkpoints: one row per layer
 
     # --- tracking during training ---------------------------------------------------------
     def _tracking(self) -> bool:
@@ -113,20 +132,13 @@ class AttentionAnalysis(L.Callback):
         return self.data.val if len(self.data.val.labels) else self.data.train
 
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
-        """Measures the tracking batch, keeps the rows in the history; returns {track key: value}."""
+        """Measures the tracking batch, keeps the values in the history; returns {track/<name>: value}."""
         images = self.tracking_split().images[: self.track_images]  # (n, 3, H, W) uint8 on the device
-        summary = analyse(
-            _network(pl_module), images, self.batch_size, self.patch_px, example_index=None, stats=self.data.stats
-        )
-        self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its rows
-        layers = summary.layers
-        values = {m.name: layers[m.name].tolist() for m in declared("figures")}  # name -> one value per layer
-        metrics = {}
-        for layer in range(summary.num_layers):
-            row = {name: per_layer[layer] for name, per_layer in values.items()}
-            self.history.append({"epoch": epochs_trained, "layer": layer, **row})
-            metrics.update({track_key(layer, name): value for name, value in row.items()})
-        return metrics
+        ctx = self.context(images.shape[-1], self.data.stats, self.data.classes)
+        values = track_probes(_network(pl_module), images, ctx, self.probes)
+        self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its row
+        self.history.append({"epoch": epochs_trained, **values})
+        return {f"{TRACK}{name}": value for name, value in values.items()}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The starting point of the history, epoch 0. Lightning's self.log is not allowed in this hook,
@@ -144,7 +156,7 @@ class AttentionAnalysis(L.Callback):
 
     # --- the final analysis ---------------------------------------------------------------
     def _final_due(self, trainer: L.Trainer) -> bool:
-        return self.enabled and trainer.is_global_zero and self.summary is None
+        return self.enabled and trainer.is_global_zero and self.results is None
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Here the model is still on the training device: Lightning's teardown moves it to the CPU next,
@@ -166,18 +178,11 @@ class AttentionAnalysis(L.Callback):
         started = time.perf_counter()
         test = self.data.test
         n = min(self.num_images, len(test.images))
-        self.summary = analyse(
-            _network(pl_module),
-            test.images[:n],
-            self.batch_size,
-            self.patch_px,
-            labels=test.labels[:n],
-            example_index=min(self.example_image, n - 1),
-            stats=self.data.stats,
-        )
-        self.files = write_analysis(self.summary, self.out_dir, self.rung, self.data.classes, self.history)
+        self.analyse(_network(pl_module), test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                log_analysis(logger.experiment, self.summary, self.files, self.rung, self.seed)
+                log_analysis(logger.experiment, self.results, self.files, self.rung, self.seed, n)
         self.seconds = time.perf_counter() - started
-        rank_zero_info(f"attention analysis of {n} test images written to {self.out_dir} in {self.seconds:.1f} s")
+        rank_zero_info(
+            f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {self.seconds:.1f} s"
+        )

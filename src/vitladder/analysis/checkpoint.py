@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from vitladder.analysis.outputs import tracking_row
+from vitladder.analysis.outputs import history_rows
 from vitladder.data.augment import CIFAR10_STATS
 from vitladder.data.stats import ChannelStats
 from vitladder.errors import CheckpointError, UserError
@@ -37,7 +37,7 @@ class LoadedModel:
     rung: str | None = None
     ladder: str | None = None
     classes: tuple[str, ...] | None = None
-    history: list[dict] = field(default_factory=list)  # the callback's tracking history (Lightning only)
+    history: list[dict] = field(default_factory=list)  # the callback's tracked values (Lightning only)
     # What its inputs are normalised with. A file from before the statistics travelled with the model has
     # none: every source was then normalised with CIFAR-10's.
     stats: ChannelStats = CIFAR10_STATS
@@ -76,24 +76,18 @@ def _vit_config(ckpt: Path, raw: object) -> ViTConfig:
 
 
 def _history(data: dict) -> list[dict]:
-    """The callback's tracking rows, those of the expected shape only (the file may come from anyone)."""
+    """The callback's tracked values, from rows of numbers only (the file may come from anyone)."""
     callbacks = data.get("callbacks")
     for state in callbacks.values() if isinstance(callbacks, dict) else ():
         if isinstance(state, dict) and isinstance(state.get("history"), list):
-            return [row for row in map(_tracking_row, state["history"]) if row is not None]
+            try:  # type() and not isinstance(): a bool is no number here
+                rows = (
+                    r for r in state["history"] if isinstance(r, dict) and {type(v) for v in r.values()} <= {int, float}
+                )
+                return history_rows(rows)
+            except (TypeError, ValueError, OverflowError):  # e.g. a layer that is no integer
+                return []
     return []
-
-
-def _tracking_row(row: object) -> dict | None:
-    """A well-formed tracking row under today's names (older checkpoints used others), else None."""
-    if not isinstance(row, dict) or any(
-        isinstance(value, bool) or not isinstance(value, (int, float)) for value in row.values()
-    ):
-        return None
-    try:
-        return tracking_row(row)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _text(value: object) -> str | None:

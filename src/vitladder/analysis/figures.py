@@ -1,6 +1,6 @@
-"""PNG figures of attention summaries (matplotlib's object API with the Agg canvas; no pyplot state).
+"""Figures of attention summaries (matplotlib's object API with the Agg canvas; no pyplot state).
 
-Every figure is written atomically: to a temporary name, then renamed onto its path. Titles and
+``save_figure`` writes one atomically: to a temporary name, then renamed onto its path. Titles and
 labels are plain text: they may hold names from the data (a class folder called ``price_$``), which
 matplotlib would otherwise parse as maths, and raise on.
 """
@@ -35,7 +35,8 @@ __all__ = [
 
 CMAP = "inferno"
 EXPLAINER_PATCH_PX = 4
-F = TypeVar("F", bound=Callable[..., Path])
+F = TypeVar("F", bound=Callable[..., Figure])
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 
 
 def _plain_text(plot: F) -> F:
@@ -43,22 +44,22 @@ def _plain_text(plot: F) -> F:
 
     @functools.wraps(plot)
     def wrapper(*args, **kwargs):
-        with rc_context({"text.parse_math": False, "text.usetex": False}):
+        with rc_context(PLAIN_TEXT):
             return plot(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Render ``fig`` to a PNG at ``path`` atomically."""
+    """Render ``fig`` to a PNG at ``path`` atomically, the texts drawn then (tick labels) plain too."""
     FigureCanvasAgg(fig)
-    with atomic_path(path) as tmp:
+    with rc_context(PLAIN_TEXT), atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
     return Path(path)
 
 
 @_plain_text
-def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: str, path: str | Path) -> Path:
+def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: str) -> Figure:
     """Per-head dots, the per-layer mean as a line and the uniform value (if any) dashed; ``values`` is (L, H)."""
     values = np.asarray(values, dtype=float)  # (L, H)
     layers = np.arange(values.shape[0])
@@ -79,7 +80,7 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=layers, ylim=(0, 1.1 * top))
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return fig
 
 
 def _show_map(ax, values: np.ndarray, grid: int) -> None:
@@ -91,7 +92,7 @@ def _show_map(ax, values: np.ndarray, grid: int) -> None:
 
 
 @_plain_text
-def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: str | Path) -> Path:
+def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figure:
     """The CLS token's attention for every layer x head, the head mean and the rollout, beside the image."""
     cls_maps = example.cls_maps.float().numpy()  # (L, H, N)
     rollout = example.rollout_by_layer.float().numpy()  # (L, N)
@@ -123,11 +124,11 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str, path: s
     axes[-1, 0].text(
         0.0, 0.0, "each map\nscaled to its\nown maximum", fontsize=8, color="gray", transform=axes[-1, 0].transAxes
     )
-    return save_figure(fig, path)
+    return fig
 
 
 @_plain_text
-def plot_explainer(path: str | Path) -> Path:
+def plot_explainer() -> Figure:
     """Three made-up heads for one patch of the 8x8 grid: local, focused but far, uniform."""
     grid, (row, col) = EXPLAINER_GRID, EXPLAINER_PATCH
     query = row * grid + col
@@ -149,7 +150,7 @@ def plot_explainer(path: str | Path) -> Path:
         f"{grid * grid} patches only\n(each map scaled to its own maximum)",
         fontsize=10,
     )
-    return save_figure(fig, path)
+    return fig
 
 
 def _layer_colors(num_layers: int) -> list:
@@ -158,9 +159,7 @@ def _layer_colors(num_layers: int) -> list:
 
 
 @_plain_text
-def plot_tracking(
-    history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str, path: str | Path
-) -> Path:
+def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str) -> Figure:
     """Per-layer values over training, one panel per metric tracked (``declared("figures")``): ``history`` rows
     have epoch, layer and each metric's name; ``uniform`` (metric name -> value) adds a dashed line."""
     metrics = declared("figures")
@@ -182,13 +181,13 @@ def plot_tracking(
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, ncol=2)
     fig.suptitle(title)
-    return save_figure(fig, path)
+    return fig
 
 
 @_plain_text
 def plot_layer_lines(
-    series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str, title: str, path: str | Path
-) -> Path:
+    series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str, title: str
+) -> Figure:
     """One line per named series over the layers (e.g. one per rung), reference values dashed."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
@@ -202,4 +201,4 @@ def plot_layer_lines(
     ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=np.arange(num_layers), ylim=(0, 1.1 * top))
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return fig

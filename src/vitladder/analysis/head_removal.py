@@ -30,7 +30,7 @@ from timm.layers.attention import Attention
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["MODES", "Ablation", "HeadAblator", "Mode", "Outcomes", "ablate", "head_output_means"]
+__all__ = ["MODES", "Ablation", "HeadAblator", "Mode", "Outcomes", "ablate", "evaluating", "head_output_means"]
 
 Mode = Literal["mean", "uniform"]
 MODES: tuple[Mode, ...] = ("mean", "uniform")
@@ -95,7 +95,7 @@ def head_output_means(model: nn.Module, images: Tensor, batch_size: int) -> Tens
 
     hooks = [attn.proj.register_forward_pre_hook(adder(layer)) for layer, attn in enumerate(attns)]
     try:
-        with _evaluating(model):
+        with evaluating(model):
             for batch in _batches(model, images, batch_size):
                 model(batch)
     finally:
@@ -195,7 +195,7 @@ class HeadAblator:
 
 
 @contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
+def evaluating(model: nn.Module) -> Iterator[None]:
     """Eval mode, no gradients, an in-place compiled model run eagerly; the train/eval mode restored."""
     was_training = model.training
     model.eval()
@@ -267,7 +267,7 @@ def ablate(
     loss = torch.zeros(len(ablations), len(images), device=device)  # (A, N)
     clean_correct, clean_loss = [], []
     chunks = _chunks(ablations, stack)
-    with _evaluating(model):
+    with evaluating(model):
         means = head_output_means(model, images, batch_size) if any(a.mode == "mean" for a in ablations) else None
         with HeadAblator(model, means) as ablator:
             offset = 0

@@ -1,64 +1,30 @@
-"""A run's analysis folder: per-head and per-layer CSVs, the tracking history, and the PNG figures.
-
-Written by the training callback after fitting and by ``scripts/analyze.py`` for any checkpoint;
-read back by the ladder report. Every file is written atomically.
-"""
+"""A run's analysis folder: each probe's tables as ``<name>.csv`` and figures as ``<name>.png``, written atomically
+by the training callback after fitting and by ``scripts/analyze.py`` for any checkpoint; and the tracked history,
+read back from a checkpoint or a run's metrics.csv."""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from vitladder.analysis import figures
-from vitladder.analysis.metrics import declared
-from vitladder.analysis.summary import AttentionSummary, headline_layer
+from vitladder.analysis.figures import save_figure
+from vitladder.analysis.probes import Result
 from vitladder.atomic import write_text
-from vitladder.text import printable
 
 __all__ = [
     "LEGACY_COLUMNS",
-    "analysis_summary_for_done",
-    "head_rows",
-    "heads_columns",
-    "layer_rows",
-    "layers_columns",
+    "done_scalars",
+    "history_rows",
     "read_analysis_csv",
     "read_csv",
-    "tracking_columns",
-    "tracking_row",
-    "write_analysis",
+    "rounded",
+    "table_columns",
     "write_csv",
+    "write_results",
 ]
-
-HEADS_CSV, LAYERS_CSV, TRACKING_CSV = "heads.csv", "layers.csv", "tracking.csv"
-
-# One name per quantity, the same in every CSV, W&B key and table: each metric's name in metrics.METRICS
-# (distance_px, entropy_nats, cls_share, distance_drop_px), and uniform_<name> for its uniform value.
-
-
-def heads_columns() -> tuple[str, ...]:
-    """heads.csv: layer, head, then every declared metric."""
-    return ("layer", "head", *(m.name for m in declared()))
-
-
-def layers_columns() -> tuple[str, ...]:
-    """layers.csv: layer, the metrics shown beyond the CSVs, the uniform values, then the CSV-only variants
-    (the order files of earlier versions have)."""
-    shown, csv_only = declared("wandb"), [m for m in declared() if m.shown == "csv"]
-    return (
-        "layer",
-        *(m.name for m in shown),
-        *(f"uniform_{m.name}" for m in declared() if m.uniform),
-        *(m.name for m in csv_only),
-    )
-
-
-def tracking_columns() -> tuple[str, ...]:
-    """tracking.csv: epoch (epochs trained, 0 = initialisation), layer, then every metric tracked in training."""
-    return ("epoch", "layer", *(m.name for m in declared("figures")))
-
 
 # Column names of analysis folders written before the names were unified, read under today's names.
 LEGACY_COLUMNS = {
@@ -67,34 +33,12 @@ LEGACY_COLUMNS = {
     "distance": "distance_px",
     "entropy": "entropy_nats",
 }
-CLASS_NAME_CHARS = 40  # a longer class name is cut short in figure titles
+TRACK = "track/"  # the logged name of a tracked value: track/<name>, against epoch
 
 
-def _num(value: float) -> float:
-    return round(float(value), 6)
-
-
-def head_rows(summary: AttentionSummary) -> list[dict]:
-    """One row per head, layer-major: ``L * H`` rows in heads_columns()."""
-    heads = summary.heads
-    return [
-        {"layer": layer, "head": h, **{name: _num(values[layer, h]) for name, values in heads.items()}}
-        for layer in range(summary.num_layers)
-        for h in range(summary.num_heads)
-    ]
-
-
-def layer_rows(summary: AttentionSummary) -> list[dict]:
-    """One row per layer (mean of its heads) in layers_columns()."""
-    layers = summary.layers
-    uniform = {f"uniform_{name}": _num(value) for name, value in summary.uniform.items()}
-    return [
-        {
-            key: layer if key == "layer" else uniform[key] if key in uniform else _num(layers[key][layer])
-            for key in layers_columns()
-        }
-        for layer in range(summary.num_layers)
-    ]
+def rounded(value: object) -> object:
+    """A float to 6 decimals (what every CSV, table and done.json holds); anything else as it is."""
+    return round(value, 6) if isinstance(value, float) else value
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
@@ -112,84 +56,48 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
 
 
 def read_analysis_csv(path: str | Path) -> list[dict[str, str]]:
-    """Rows of heads.csv, layers.csv or tracking.csv, older column names read under today's."""
+    """Rows of an analysis CSV, older column names read under today's."""
     return [{LEGACY_COLUMNS.get(k, k): v for k, v in row.items()} for row in read_csv(path)]
 
 
-def tracking_row(row: Mapping) -> dict:
-    """A tracking history row in tracking_columns(), older key names accepted. A metric the row lacks (declared
-    after it was written: an empty cell in tracking.csv) is left out."""
-    row = {LEGACY_COLUMNS.get(k, k): v for k, v in row.items()}
-    return {
-        "epoch": int(row["epoch"]),
-        "layer": int(row["layer"]),
-        **{m.name: float(row[m.name]) for m in declared("figures") if row.get(m.name) not in (None, "")},
-    }
+def table_columns(rows: Sequence[Mapping]) -> list[str]:
+    """Every key of the rows, in the order they first appear (a row may lack a column: an empty cell)."""
+    return list(dict.fromkeys(key for row in rows for key in row))
 
 
-def read_tracking(out_dir: str | Path) -> list[dict]:
-    """The tracking history of an analysis folder, or [] when it has none."""
-    path = Path(out_dir) / TRACKING_CSV
-    return [tracking_row(r) for r in read_csv(path)] if path.exists() else []
-
-
-def analysis_summary_for_done(summary: AttentionSummary) -> dict:
-    """Headline numbers for done.json (named like the columns of the ladder's ladder.csv): layer 1 of each
-    metric shown in the ladder report, and its uniform value."""
-    layers = summary.layers
-    layer = headline_layer(summary.num_layers)
-    headline: dict = {}
-    for metric in declared("report"):
-        headline[f"layer1_{metric.name}"] = _num(layers[metric.name][layer])
-        if metric.name in summary.uniform:
-            headline[f"uniform_{metric.name}"] = _num(summary.uniform[metric.name])
-    return {**headline, "analysis_images": summary.num_images}
-
-
-def write_analysis(
-    summary: AttentionSummary,
-    out_dir: str | Path,
-    rung: str,
-    classes: Sequence[str] | None = None,
-    history: Sequence[Mapping] | None = None,
-) -> dict[str, Path]:
-    """Write the CSVs and figures of one run into ``out_dir``; returns {name: path}.
-
-    ``history`` (tracking rows in tracking_columns()) adds tracking.csv and locality.png.
-    """
+def write_results(results: Mapping[str, Result], out_dir: str | Path) -> dict[str, Path]:
+    """Every probe's tables and figures into ``out_dir``: {name: path}."""
     out = Path(out_dir)
-    where = f"{summary.num_images} test images"
-    written = {
-        "heads": write_csv(out / HEADS_CSV, heads_columns(), head_rows(summary)),
-        "layers": write_csv(out / LAYERS_CSV, layers_columns(), layer_rows(summary)),
-    }
-    for metric in declared("figures"):  # <short>.png: every head of every layer
-        written[metric.short] = figures.plot_heads(
-            summary.heads[metric.name].numpy(),
-            summary.uniform.get(metric.name),
-            metric.axis_label,
-            f"{rung}: {metric.short} per head ({where})",
-            out / f"{metric.short}.png",
-        )
-    written["explainer"] = figures.plot_explainer(out / "explainer.png")
-    example = summary.example
-    if example is not None:
-
-        def name(index: int | None) -> str:  # a class-folder name: one short line of text in the title
-            if index is None:
-                return "?"
-            return printable(classes[index], limit=CLASS_NAME_CHARS) if classes and index < len(classes) else str(index)
-
-        title = (
-            f"{rung}: CLS attention, test image {example.index} (true {name(example.label)}, "
-            f"predicted {name(example.predicted)})"
-        )
-        written["cls_attention"] = figures.plot_cls_attention(example, summary.grid, title, out / "cls_attention.png")
-    if history:
-        rows = [tracking_row(r) for r in history]
-        rounded = [{k: v if k in ("epoch", "layer") else _num(v) for k, v in r.items()} for r in rows]
-        written["tracking"] = write_csv(out / TRACKING_CSV, tracking_columns(), rounded)
-        written["locality"] = figures.plot_tracking(
-            rows, summary.uniform, f"{rung}: locality forming during training", out / "locality.png"
-        )
+    written: dict[str, Path] = {}
+    for result in results.values():
+        for name, rows in result.tables.items():
+            rows = [{k: rounded(v) for k, v in row.items()} for row in rows]
+            written[name] = write_csv(out / f"{name}.csv", table_columns(rows), rows)
+        for name, figure in result.figures.items():
+            written[name] = save_figure(figure, out / f"{name}.png")
     return written
+
+
+def done_scalars(results: Mapping[str, Result], num_images: int) -> dict:
+    """done.json's analysis numbers: every probe's scalars (null where undefined: a correlation of tied values, a
+    spread of one draw; JSON has no NaN), and how many images they were measured on."""
+    scalars = {name: float(value) for result in results.values() for name, value in result.scalars.items()}
+    return {**{k: rounded(v) if math.isfinite(v) else None for k, v in scalars.items()}, "analysis_images": num_images}
+
+
+def history_rows(rows: Iterable[Mapping], prefix: str = "") -> list[dict]:
+    """Tracked values, one row per epoch: ``{"epoch": epochs trained, name: value}``, from the callback's
+    checkpointed history (``prefix`` ""), or from metrics.csv's rows (``prefix`` "track/"). An earlier version
+    kept one row per layer (epoch, layer, distance, entropy), read as today's ``layer<l>/<name>``."""
+    merged: dict[int, dict] = {}
+    for row in rows:
+        if row.get("epoch") in (None, ""):
+            continue
+        epoch, layer = int(float(row["epoch"])), row.get("layer")
+        values = merged.setdefault(epoch, {"epoch": epoch})
+        for key, value in row.items():
+            if key in ("epoch", "layer") or value in (None, "") or not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :]
+            values[name if layer is None else f"layer{int(layer)}/{LEGACY_COLUMNS.get(name, name)}"] = float(value)
+    return [row for _, row in sorted(merged.items()) if len(row) > 1]

@@ -1,4 +1,5 @@
-"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``), plus one example image.
+"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``); and one example image's
+CLS maps and rollout (``example_attention``, the cls_attention probe's).
 
 ``analyse`` streams images through ``capture_attention`` batch by batch. Each layer's
 ``(B, H, T, T)`` map is reduced to per-head numbers inside the capture hook, so memory stays at
@@ -9,7 +10,7 @@ heads (DESIGN.md section 4).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,10 +31,11 @@ from vitladder.data.stats import ChannelStats
 __all__ = [
     "AttentionSummary",
     "ExampleAttention",
-    "HeadStats",
     "analyse",
+    "example_attention",
     "head_metrics",
     "headline_layer",
+    "model_inputs",
     "query_metrics",
 ]
 
@@ -65,26 +67,6 @@ def query_metrics(row: Tensor, grid: int, patch_px: float, query: int) -> tuple[
     return distance, entropy
 
 
-@dataclass(frozen=True, eq=False)
-class HeadStats(Mapping[str, Tensor]):
-    """Per-head numbers by metric name (``declared()``), each ``(L, H)`` (or ``(L,)`` after ``layer_means``)."""
-
-    by_name: Mapping[str, Tensor]
-
-    def __getitem__(self, name: str) -> Tensor:
-        return self.by_name[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.by_name)
-
-    def __len__(self) -> int:
-        return len(self.by_name)
-
-    def layer_means(self) -> HeadStats:
-        """Mean of each layer's heads, every metric ``(L,)``."""
-        return HeadStats({name: value.mean(dim=-1) for name, value in self.items()})
-
-
 @dataclass(frozen=True)
 class ExampleAttention:
     """One image's CLS attention in every layer and head."""
@@ -100,17 +82,16 @@ class ExampleAttention:
 
 @dataclass(frozen=True)
 class AttentionSummary:
-    heads: HeadStats  # (L, H) each
+    heads: Mapping[str, Tensor]  # metric name (declared()) -> per head (L, H)
     patch_px: int
     grid: int
     num_images: int
     uniform: Mapping[str, float]  # metric name -> its value for uniform attention, where it declares one
-    example: ExampleAttention | None = None
 
     @property
-    def layers(self) -> HeadStats:
-        """Per-layer means, ``(L,)`` each."""
-        return self.heads.layer_means()
+    def layers(self) -> dict[str, Tensor]:
+        """Per-layer means (of each layer's heads), ``(L,)`` each."""
+        return {name: value.mean(dim=-1) for name, value in self.heads.items()}
 
     @property
     def num_layers(self) -> int:
@@ -121,18 +102,18 @@ class AttentionSummary:
         return next(iter(self.heads.values())).shape[1]
 
 
-def _inputs(model: nn.Module, images_u8: Tensor, stats: ChannelStats) -> Tensor:
+def model_inputs(model: nn.Module, images_u8: Tensor, stats: ChannelStats) -> Tensor:
     """Normalised float images on the model's device, in its parameters' dtype (bf16-true models too)."""
     param = next(model.parameters())
     images = images_u8.to(param.device, non_blocking=True)
     return normalize(images, stats.mean, stats.std).to(param.dtype)  # (B, 3, H, W)
 
 
-def _example(
+def example_attention(
     model: nn.Module, images_u8: Tensor, labels: Tensor | None, index: int, stats: ChannelStats
 ) -> ExampleAttention:
     image = images_u8[index : index + 1]  # (1, 3, H, W)
-    logits, maps = capture_attention(model, _inputs(model, image, stats))  # maps: [(1, H, T, T)] * L
+    logits, maps = capture_attention(model, model_inputs(model, image, stats))  # maps: [(1, H, T, T)] * L
     rollouts = torch.cat([attention_rollout(maps[: layer + 1]) for layer in range(len(maps))])  # (L, N)
     return ExampleAttention(
         index=index,
@@ -150,16 +131,11 @@ def analyse(
     images_u8: Tensor,
     batch_size: int,
     patch_px: int,
-    labels: Tensor | None = None,
-    example_index: int | None = 0,
     stats: ChannelStats = CIFAR10_STATS,
 ) -> AttentionSummary:
     """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8, normalised here with the
-    statistics the model was trained with (``stats``).
-
-    The model's train/eval mode is restored; a compiled model runs eagerly. ``example_index``
-    (None: no example) picks the image whose CLS maps and rollout are kept.
-    """
+    statistics the model was trained with (``stats``). The model's train/eval mode is restored; a compiled
+    model runs eagerly."""
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
         raise ValueError(
             f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}"
@@ -177,21 +153,17 @@ def analyse(
     # leaves decorated functions alone, and `make mutation` must reach this one.)
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(images_u8), batch_size):
-            batch = _inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
+            batch = model_inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
             _, per_layer = capture_attention(model, batch, reduce=reduce)
             sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
             total = sums if total is None else total + sums
-        example = None
-        if example_index is not None:
-            example = _example(model, images_u8, labels, example_index, stats)
     assert total is not None
     mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = grid_from_tokens(num_tokens)
     return AttentionSummary(
-        heads=HeadStats({metric.name: mean[:, i] for i, metric in enumerate(metrics)}),
+        heads={metric.name: mean[:, i] for i, metric in enumerate(metrics)},
         patch_px=int(patch_px),
         grid=grid,
         num_images=len(images_u8),
         uniform={m.name: m.uniform(grid, patch_px) for m in metrics if m.uniform is not None},
-        example=example,
     )

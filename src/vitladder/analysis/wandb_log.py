@@ -1,8 +1,8 @@
-"""A run's final attention analysis in W&B: scalars in the run summary, tables, custom charts, figures.
+"""A run's final analysis in W&B: every probe's scalars in the run summary, its tables, charts and figures.
 
-Nothing here goes into the history as a scalar: a per-layer value logged once would make one line
-panel per key with a single dot. The tables carry rung, rung_index and seed, so the per-head tables
-of several runs can be concatenated and compared in one W&B panel.
+Nothing here goes into the history as a scalar: a value logged once would make one line panel per key with a
+single dot. The tables carry rung, rung_index and seed, so the tables of several runs can be concatenated and
+compared in one W&B panel.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from vitladder.analysis.metrics import declared
-from vitladder.analysis.outputs import head_rows, heads_columns, layer_rows, layers_columns
-from vitladder.analysis.summary import AttentionSummary
+from vitladder.analysis.outputs import done_scalars, rounded, table_columns
+from vitladder.analysis.probes import Result
 from vitladder.config import rung_index
 
-__all__ = ["analysis_summary_keys", "by_layer_charts", "log_analysis", "log_reanalysis", "run_columns"]
+__all__ = ["log_analysis", "log_reanalysis", "run_columns"]
 
 RUN_COLUMNS = ("rung", "rung_index", "seed")
 
@@ -25,53 +24,37 @@ def run_columns(rung: str, seed: int) -> dict:
     return {"rung": rung, "rung_index": rung_index(rung), "seed": int(seed)}
 
 
-def by_layer_charts() -> dict[str, str]:
-    """Custom charts (wandb.plot.line over the layers table), logged as analysis/<name>_by_layer: {name: title},
-    one per metric shown in W&B."""
-    return {m.name: m.axis_label for m in declared("wandb")}
-
-
-def analysis_summary_keys(summary: AttentionSummary) -> dict[str, float]:
-    """The run-summary scalars: per layer each metric shown in W&B, and their uniform values."""
-    shown = declared("wandb")
-    scalars: dict[str, float] = {}
-    for row in layer_rows(summary):
-        for metric in shown:
-            scalars[f"analysis/layer{row['layer']}/{metric.name}"] = row[metric.name]
-    for metric in shown:
-        if metric.name in summary.uniform:
-            scalars[f"analysis/uniform_{metric.name}"] = round(float(summary.uniform[metric.name]), 6)
-    scalars["analysis/images"] = summary.num_images
-    return scalars
-
-
-def log_analysis(run, summary: AttentionSummary, files: Mapping[str, Path], rung: str, seed: int) -> None:
-    """The analysis tables (analysis/heads, analysis/layers), by-layer charts and PNGs into ``run``'s
-    media, and its scalars into ``run.summary``."""
+def log_analysis(
+    run, results: Mapping[str, Result], files: Mapping[str, Path], rung: str, seed: int, num_images: int
+) -> None:
+    """Each table as ``analysis/<name>``, each chart over it, each PNG as ``analysis/figures/<name>``, into
+    ``run``'s media; the scalars (``analysis/<name>``) and the images counted into ``run.summary``."""
     import wandb
 
     ident = run_columns(rung, seed)
-
-    def table(columns: tuple[str, ...], rows: list[dict]) -> wandb.Table:
-        return wandb.Table(columns=[*RUN_COLUMNS, *columns], data=[[*ident.values(), *r.values()] for r in rows])
-
-    layers = table(layers_columns(), layer_rows(summary))
-    charts = {
-        f"analysis/{key}_by_layer": wandb.plot.line(layers, "layer", key, title=f"{rung}: {title} by layer")
-        for key, title in by_layer_charts().items()
+    tables, payload = {}, {}
+    for result in results.values():
+        for name, rows in result.tables.items():
+            columns = table_columns(rows)
+            data = [[*ident.values(), *(rounded(row.get(key)) for key in columns)] for row in rows]
+            tables[name] = payload[f"analysis/{name}"] = wandb.Table(columns=[*RUN_COLUMNS, *columns], data=data)
+    for result in results.values():
+        for name, chart in result.charts.items():
+            plot = wandb.plot.scatter if chart.kind == "scatter" else wandb.plot.line
+            payload[f"analysis/{name}"] = plot(tables[chart.table], chart.x, chart.y, title=chart.title)
+    payload |= {
+        f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in files.items() if path.suffix == ".png"
     }
-    images = {
-        f"analysis/figures/{name}": wandb.Image(str(path))
-        for name, path in files.items()
-        if Path(path).suffix == ".png"
-    }
-    run.log(
-        {"analysis/heads": table(heads_columns(), head_rows(summary)), "analysis/layers": layers, **charts, **images}
-    )
-    run.summary.update(analysis_summary_keys(summary))
+    run.log(payload)
+    scalars = done_scalars(results, num_images)
+    images = scalars.pop("analysis_images")
+    scalars = {f"analysis/{name}": value for name, value in scalars.items() if value is not None}
+    run.summary.update({**scalars, "analysis/images": images})
 
 
-def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping[str, Path], mode: str) -> str | None:
+def log_reanalysis(
+    cfg, run_dir: Path, results: Mapping[str, Result], files: Mapping[str, Path], num_images: int, mode: str
+) -> str | None:
     """A re-analysis of a rung folder reaches its W&B run: the run is continued by its stored id and gets
     the new summary, tables and charts, and a new version of its analysis artifact. Returns the run id,
     or None when the rung has no W&B run or W&B is disabled."""
@@ -83,7 +66,7 @@ def log_reanalysis(cfg, run_dir: Path, summary: AttentionSummary, files: Mapping
     if run is None:
         return None
     try:
-        log_analysis(run, summary, files, str(cfg.rung), int(cfg.seed))
+        log_analysis(run, results, files, str(cfg.rung), int(cfg.seed), num_images)
         run.log_artifact(
             analysis_artifact(RunPaths(Path(run_dir)).analysis, str(cfg.ladder), str(cfg.rung), int(cfg.seed)),
             aliases=["latest", str(cfg.rung)],

@@ -8,8 +8,10 @@ Four figures per model width, each the median of several alternating rounds:
   batches, precision (fp16 with a loss scaler, as Lightning's 16-mixed) and device in a plain ``for`` loop. Their
   ratio is Lightning's (and the module's) overhead;
 - **data share**: iterating ``DeviceBatches`` alone (gather, crop, flip, normalise) over a project step;
-- **analysis / forward**: ``analyse`` (attention captured, per-head metrics, example image) over
-  1,000 images against a plain forward pass over the same images;
+- **probes**: each configured probe (``analysis.probes``, with the rung's settings) run as the callback runs
+  them (eval mode, no gradients, on the device) on ``analysis_images`` test images: 1,000 on a GPU, fewer on a
+  CPU, scaled linearly to 1,000 (a probe's work is per image or fixed); all of them against one training epoch,
+  and the attention probe (attention captured, per-head metrics) against a plain forward pass;
 - **loop costs** (``time_loop_costs``, once per width): the host syncs per training and per evaluation step
   of the project's path (``devtools.syncs``; 0 is the aim), and one ``last.ckpt`` of its state (weights,
   AdamW, loops) written and fsynced through ``AtomicCheckpointIO``, as a run saves it, with its size.
@@ -38,7 +40,7 @@ from torch import Tensor, nn
 
 from vitladder.config import compose_rung
 from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
-from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.data.stats import ChannelStats
@@ -55,10 +57,10 @@ __all__ = [
     "format_table",
     "run_benchmark",
     "settings_for",
-    "time_analysis",
     "time_bare",
     "time_data",
     "time_loop_costs",
+    "time_probes",
     "time_project",
 ]
 
@@ -69,6 +71,7 @@ TARGETS = {
     "analysis_over_forward_max": 1.3,
     "host_syncs_per_step_max": 0,
     "checkpoint_share_max": 0.05,
+    "probes_over_epoch_max": 1.0,  # every probe on 1,000 images within one training epoch (issue 22)
 }
 WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: docs/design.md §1
 EVAL_STEPS = 2  # evaluation steps whose host syncs are counted
@@ -85,7 +88,6 @@ class BenchSettings:
     steps: int  # steps timed
     rounds: int  # project, bare and data alternate this many times; medians are reported
     analysis_images: int = 1000
-    analysis_batch_size: int = 250
     analysis_rounds: int = 3
     rung: str = "patch4"  # 64 patches, random crop + flip: the augmentation is part of every batch
     compile: bool = False
@@ -103,9 +105,19 @@ def settings_for(width: str, device: str) -> BenchSettings:
         )
     if width == "tiny":
         return BenchSettings(
-            width, WIDTHS[width], device, batch_size=128, warmup=3, steps=12, rounds=9, analysis_rounds=5
+            width,
+            WIDTHS[width],
+            device,
+            batch_size=128,
+            warmup=3,
+            steps=12,
+            rounds=9,
+            analysis_rounds=5,
+            analysis_images=200,
         )
-    return BenchSettings(width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7, analysis_rounds=3)
+    return BenchSettings(
+        width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7, analysis_rounds=3, analysis_images=50
+    )
 
 
 def bench_config(s: BenchSettings) -> DictConfig:
@@ -282,40 +294,38 @@ def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
 # --- analysis against a forward pass ---------------------------------------------------------------
 
 
-def time_analysis(
-    model: nn.Module,
-    images_u8: Tensor,
-    batch_size: int,
-    patch_px: int,
-    rounds: int,
-    stats: ChannelStats = CIFAR10_STATS,
-) -> tuple[float, float]:
-    """(median seconds of ``analyse``, median seconds of a plain eval forward pass) over ``images_u8``.
+def time_probes(
+    model: nn.Module, images_u8: Tensor, labels: Tensor, cfg: DictConfig, stats: ChannelStats, rounds: int
+) -> tuple[dict[str, float], float]:
+    """(median seconds of each probe of ``cfg.analysis.probes``, median seconds of a plain eval forward pass) over
+    ``images_u8`` ``(N, 3, S, S)`` on the model's device. The probes run as the callback runs them (its context,
+    the rung's settings; eval mode, no gradients), the forward pass in the model's float32 batch by batch;
+    the two alternate each round, after one untimed call of each on a few images (first-call costs)."""
+    from vitladder.analysis.callback import AttentionAnalysis
+    from vitladder.analysis.probes import run_probes
 
-    Both run in the model's float32, without autocast, batch by batch, inputs normalised on the device,
-    alternating the two each round.
-    """
-    from vitladder.analysis.summary import analyse
-
-    device = next(model.parameters()).device
+    callback = AttentionAnalysis.from_config(cfg.analysis, Path("unused"), str(cfg.rung), int(cfg.model.patch_size))
+    ctx, device, batch = callback.context(images_u8.shape[-1], stats, None), next(model.parameters()).device, 250
     model.eval()
 
     @torch.no_grad()
     def forward(images: Tensor = images_u8) -> None:
-        for start in range(0, len(images), batch_size):
-            model(normalize(images[start : start + batch_size], stats.mean, stats.std))  # (B, num_classes)
+        for start in range(0, len(images), batch):
+            model(normalize(images[start : start + batch], stats.mean, stats.std))  # (B, num_classes)
 
-    def analysis(images: Tensor = images_u8) -> None:
-        analyse(model, images, batch_size, patch_px, stats=stats)
-
-    forward(images_u8[:batch_size])  # warm-up on one batch: allocator, kernels, first-call costs
-    analysis(images_u8[:batch_size])
-    times: dict[str, list[float]] = {"analysis": [], "forward": []}
+    timed = {
+        name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n])
+        for name in cfg.analysis.probes
+    }
+    timed["forward"] = forward
+    times: dict[str, list[float]] = {name: [] for name in timed}
+    for fn in timed.values():
+        fn(images_u8[:8])
     for r in range(rounds):
-        order = (("analysis", analysis), ("forward", forward))
-        for name, fn in order if r % 2 == 0 else order[::-1]:
-            times[name].append(time_steps(fn, warmup=0, steps=1, device=device))  # warmed up above
-    return statistics.median(times["analysis"]), statistics.median(times["forward"])
+        for name, fn in list(timed.items())[:: 1 if r % 2 == 0 else -1]:
+            times[name].append(time_steps(fn, warmup=0, steps=1, device=device))
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return medians, medians.pop("forward")
 
 
 # --- one width, then the whole benchmark -------------------------------------------------------------
@@ -355,9 +365,11 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
 
     model = build_vit(_vit_config(cfg, datamodule)).to(device)
     images = datamodule.test.images[: s.analysis_images]  # (N, 3, S, S) uint8 on the device
-    analysis_s, forward_s = time_analysis(
-        model, images, s.analysis_batch_size, int(cfg.model.patch_size), s.analysis_rounds, datamodule.stats
-    )
+    labels = datamodule.test.labels[: s.analysis_images]
+    probe_s, forward_s = time_probes(model, images, labels, cfg, datamodule.stats, s.analysis_rounds)
+    analysis_s = probe_s["attention"]  # the per-head metrics: attention captured and reduced, against a forward pass
+    per_1000 = {name: t * 1000 / len(images) for name, t in probe_s.items()}
+    log(f"  [{s.width}] probes per 1,000 images: " + ", ".join(f"{n} {t:.2f} s" for n, t in per_1000.items()))
 
     # A few steps: their syncs are counted, not timed.
     costs = time_loop_costs(cfg, datamodule, replace(s, warmup=min(s.warmup, 2), steps=min(s.steps, 3)), folder)
@@ -388,6 +400,8 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
         "analysis_s": analysis_s,
         "forward_s": forward_s,
         "analysis_over_forward": analysis_s / forward_s,
+        "probe_s_per_1000_images": per_1000,
+        "probes_over_epoch": sum(per_1000.values()) / epoch_s,
         **costs,
         # Saves at epoch ends once checkpoint.min_interval_s has passed: one per interval, or per epoch if longer.
         "checkpoint_share": costs["checkpoint_s"] / max(epoch_s, float(cfg.checkpoint.min_interval_s)),
@@ -401,6 +415,7 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
                 analysis_s / forward_s <= TARGETS["analysis_over_forward_max"] if s.width == "full" else None
             ),
             "host_syncs": max(costs["host_syncs_per_step"].values()) <= TARGETS["host_syncs_per_step_max"],
+            "probes_over_epoch": sum(per_1000.values()) <= TARGETS["probes_over_epoch_max"] * epoch_s,
         },
     }
 
@@ -450,12 +465,21 @@ def format_table(report: dict) -> str:
             f"<= {100 * TARGETS['data_share_max']:.0f}%",
         ),
         ("CIFAR-10 epoch (45k)", lambda r: _duration(r["epoch_s"]), ""),
-        ("analysis s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
+        ("attention probe s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
         ("forward s (N images)", lambda r: f"{r['forward_s']:.2f} ({r['analysis_images']})", ""),
         (
-            "analysis / forward",
+            "attention probe / forward",
             lambda r: f"{r['analysis_over_forward']:.2f}x",
             f"<= {TARGETS['analysis_over_forward_max']}x (full)",
+        ),
+        *(
+            (f"probe {name} s / 1k images", lambda r, n=name: _probe(r, n), "")
+            for name in next(iter(report["widths"].values())).get("probe_s_per_1000_images", {})
+        ),
+        (
+            "all probes / epoch",
+            lambda r: f"{r['probes_over_epoch']:.3f}",
+            f"<= {TARGETS['probes_over_epoch_max']:g}",
         ),
         ("host syncs / train step", lambda r: _syncs(r, "train"), "0"),
         ("host syncs / eval step", lambda r: _syncs(r, "eval"), "0"),
@@ -488,6 +512,13 @@ def _syncs(figures: dict, step: str) -> str:
     """Host syncs per step, and on CUDA what its sync debug mode counted."""
     cuda = figures["cuda_syncs_per_step"]
     return f"{figures['host_syncs_per_step'][step]:g}" + (f" (CUDA: {cuda[step]:g})" if cuda else "")
+
+
+def _probe(figures: dict, name: str) -> str:
+    """A probe's seconds per 1,000 images, and the images it was measured on where fewer."""
+    measured = figures["analysis_images"]
+    scaled = f" (from {measured})" if measured != 1000 else ""
+    return f"{figures['probe_s_per_1000_images'][name]:.2f}{scaled}"
 
 
 def _duration(seconds: float) -> str:

@@ -11,16 +11,17 @@ the same tables and charts in the ladder's one W&B report run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from vitladder.analysis.figures import plot_explainer, plot_layer_lines
-from vitladder.analysis.metrics import HeadMetric, declared
+from omegaconf import OmegaConf
+
+from vitladder.analysis.figures import plot_explainer, plot_layer_lines, save_figure
+from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import read_analysis_csv, write_csv
-from vitladder.analysis.summary import headline_layer
+from vitladder.analysis.probes import Column, columns, probe_names
 from vitladder.atomic import write_text
-from vitladder.config import get_rung, rung_names
-from vitladder.config_schema import ReferenceFigures
+from vitladder.config import CONF_DIR, get_rung, rung_names
 from vitladder.errors import UserError
 from vitladder.report.setting import ARTICLE, SETTING_COLUMNS, setting_row
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
@@ -31,31 +32,31 @@ __all__ = [
     "ci_columns",
     "collect",
     "figures",
-    "has_reference",
     "ladder_columns",
+    "probe_columns",
     "mean_ci",
     "t_quantile_975",
 ]
 
 
-def has_reference(metric: HeadMetric) -> bool:
-    """Whether the article gives layer-1 figures of ``metric`` (read against its uniform value): a field of
-    a rung's reference figures (config_schema.ReferenceFigures)."""
-    return f"layer1_{metric.name}" in {figure.name for figure in fields(ReferenceFigures)}
+def probe_columns(results: list[RungResult]) -> tuple[Column, ...]:
+    """The columns of the probes the runs ran (their config's analysis.probes, in order of first appearance;
+    the default list for runs that name none), as each probe declares them (``columns()``)."""
+    named = [n for r in results for run in r.runs for n in run.config.get("analysis", {}).get("probes", ())]
+    known = [name for name in dict.fromkeys(named) if name in probe_names()]
+    return columns(known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes))
 
 
-def ladder_columns() -> tuple[str, ...]:
-    """ladder.csv's numbers: rung, test_acc, then layer 1 of each metric shown in the report (done.json's names),
-    with its uniform value beside it where it declares one. The CSV then adds setting.SETTING_COLUMNS."""
-    columns = ["rung", "test_acc"]
-    for metric in declared("report"):
-        columns += [f"layer1_{metric.name}"] + ([f"uniform_{metric.name}"] if metric.uniform else [])
-    return tuple(columns)
+def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
+    """ladder.csv's numbers: rung, test_acc, then every probe column (done.json's names). The CSV then adds
+    setting.SETTING_COLUMNS."""
+    return ("rung", "test_acc", *(column.key for column in probe_columns(results)))
 
 
-def ci_columns() -> tuple[str, ...]:
-    """ladder.csv's columns added with several seeds: the seed count and each value's 95% half-width."""
-    return ("n_seeds", *(f"{key}_ci95" for key in ladder_columns()[1:] if not key.startswith("uniform_")))
+def ci_columns(results: list[RungResult]) -> tuple[str, ...]:
+    """ladder.csv's columns added with several seeds: the seed count and each mean's 95% half-width."""
+    keys = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]
+    return ("n_seeds", *(f"{key}_ci95" for key in keys))
 
 
 def figures() -> tuple[str, ...]:
@@ -64,37 +65,11 @@ def figures() -> tuple[str, ...]:
 
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
-_T975 = (
-    12.7062,
-    4.3027,
-    3.1824,
-    2.7764,
-    2.5706,
-    2.4469,
-    2.3646,
-    2.3060,
-    2.2622,
-    2.2281,
-    2.2010,
-    2.1788,
-    2.1604,
-    2.1448,
-    2.1314,
-    2.1199,
-    2.1098,
-    2.1009,
-    2.0930,
-    2.0860,
-    2.0796,
-    2.0739,
-    2.0687,
-    2.0639,
-    2.0595,
-    2.0555,
-    2.0518,
-    2.0484,
-    2.0452,
-    2.0423,
+_T975 = tuple(
+    float(t)
+    for t in """12.7062 4.3027 3.1824 2.7764 2.5706 2.4469 2.3646 2.3060 2.2622 2.2281 2.2010 2.1788 2.1604 2.1448
+    2.1314 2.1199 2.1098 2.1009 2.0930 2.0860 2.0796 2.0739 2.0687 2.0639 2.0595 2.0555 2.0518 2.0484 2.0452
+    2.0423""".split()
 )
 
 
@@ -138,15 +113,8 @@ class RungResult:
     runs: list[RunRecord]
 
     def values(self, key: str) -> list[float]:
-        """One value per seed of a ladder.csv column: layer 1 of layers.csv, else done.json."""
-        column = key.removeprefix("layer1_")  # ladder.csv's layer1_<name> is layers.csv's <name>
-        out = []
-        for run in self.runs:
-            layer1 = next((r for r in run.layers if int(r["layer"]) == headline_layer(len(run.layers))), None)
-            value = layer1[column] if layer1 is not None and column in layer1 else run.done.get(key)
-            if value is not None:
-                out.append(float(value))
-        return out
+        """One value per seed of a ladder.csv column (done.json's), from the seeds that have it."""
+        return [float(run.done[key]) for run in self.runs if run.done.get(key) is not None]
 
     def setting(self, number: str = "{:,}") -> dict[str, str]:
         """What its runs trained, on which images, and where that differs from the article (setting.SETTING_COLUMNS)."""
@@ -194,14 +162,15 @@ def collect(ladder_dir: str | Path) -> list[RungResult]:
 
 
 def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
+    ci = {"test_acc": True, **{column.key: column.ci for column in probe_columns(results)}}
     rows = []
     for result in results:
         row: dict = {"rung": result.rung, **result.setting(number="{}")}
-        for key in ladder_columns()[1:]:
+        for key in ladder_columns(results)[1:]:
             values = result.values(key)
             mean, half = mean_ci(values) if values else (None, None)
             row[key] = "" if mean is None else round(mean, 6)
-            if with_ci and not key.startswith("uniform_"):
+            if with_ci and ci[key]:
                 row[f"{key}_ci95"] = "" if half is None else round(half, 6)
         if with_ci:
             row["n_seeds"] = len(result.runs)
@@ -237,38 +206,30 @@ def _setup_line(results: list[RungResult]) -> str:
     return line
 
 
-def _unit(metric: HeadMetric) -> str:
-    return f" ({metric.unit})" if metric.unit else ""
+def _header(shown: tuple[Column, ...]) -> list[str]:
+    """report.md's columns for the probes' scalars: each one's header, and "ref." beside those the article gives."""
+    return [cell for column in shown for cell in [column.header, *(["ref."] if column.reference else [])]]
 
 
-def _metric_header() -> list[str]:
-    """The table's columns for each metric shown in the report: layer 1, the reference where the article has
-    figures, and the uniform value where the metric declares one."""
-    header = []
-    for metric in declared("report"):
-        header.append(f"layer-1 {metric.label}{_unit(metric)}")
-        header += ["ref."] if has_reference(metric) else []
-        header += [f"uniform{_unit(metric)}"] if metric.uniform else []
-    return header
-
-
-def _metric_cells(result: RungResult | None, ref: dict) -> list[str]:
-    """A rung's cells under _metric_header(): mean (± CI) over its seeds, ``—`` when not finished."""
+def _cells(shown: tuple[Column, ...], result: RungResult | None, ref: dict) -> list[str]:
+    """A rung's cells under _header(): mean (± CI) over its seeds or the column's text, ``—`` when not finished."""
     cells = []
-    for metric in declared("report"):
-        layer1, uniform = f"layer1_{metric.name}", f"uniform_{metric.name}"
-        cells.append(_fmt(result.values(layer1), digits=metric.digits) if result else "—")
-        if has_reference(metric):
-            cells.append(f"{ref[layer1]} ({ref[uniform]})" if layer1 in ref else "—")
-        if metric.uniform:
-            cells.append(_fmt(result.values(uniform), digits=metric.digits, ci=False) if result else "—")
+    for column in shown:
+        if result is None:
+            cells.append("—")
+        elif column.text is not None:
+            cells.append(column.text(result.values))
+        else:
+            cells.append(_fmt(result.values(column.key), digits=column.digits, ci=column.ci))
+        cells += [column.reference(ref)] if column.reference else []
     return cells
 
 
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
     several = any(len(r.runs) > 1 for r in results)
-    header = ["rung", "adds", "test acc.", "ref.", *_metric_header(), "not as in the article", "seeds", "figures"]
+    shown = tuple(column for column in probe_columns(results) if column.header)
+    header = ["rung", "adds", "test acc.", "ref.", *_header(shown), "not as in the article", "seeds", "figures"]
     lines = [
         f"# Ladder report: `{ladder_dir.name}`",
         "",
@@ -287,14 +248,14 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         if result is None:
             lines.append(
                 f"| `{rung}` | {info.description} | — | {ref_acc} | "
-                + " | ".join(_metric_cells(None, ref))
+                + " | ".join(_cells(shown, None, ref))
                 + " | — | 0 | not finished |"
             )
             continue
         links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
         lines.append(
             f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
-            + " | ".join(_metric_cells(result, ref))
+            + " | ".join(_cells(shown, result, ref))
             + f" | {result.setting()['differs'] if ref else '—'} | {len(result.runs)} | {links} |"
         )
     row = "| `{rung}` | {epochs} | {steps} | {data} | {train_images} | {test_images} | {analysed} |"
@@ -352,8 +313,8 @@ def build_report(ladder_dir: str | Path) -> Path:
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     several = any(len(r.runs) > 1 for r in results)
-    columns = ladder_columns() + SETTING_COLUMNS + (ci_columns() if several else ())
-    write_csv(ladder_dir / "ladder.csv", columns, _csv_rows(results, several))
+    csv_columns = ladder_columns(results) + SETTING_COLUMNS + (ci_columns(results) if several else ())
+    write_csv(ladder_dir / "ladder.csv", csv_columns, _csv_rows(results, several))
     for metric in declared("figures"):  # <short>_by_layer.png: one line per rung, the uniform values dashed
         series = {r.rung: r.by_layer(metric.name) for r in results if r.by_layer(metric.name)}
         refs = {}
@@ -363,14 +324,11 @@ def build_report(ladder_dir: str | Path) -> Path:
                 grid = _grid(r)
                 where = f", {grid}x{grid} grid" if grid else ""
                 refs[f"uniform{where} ({uniform[0]:.2f})"] = uniform[0]
-        plot_layer_lines(
-            series,
-            refs,
-            metric.axis_label,
-            f"{ladder_dir.name}: {metric.label} per layer, every rung",
-            ladder_dir / f"{metric.short}_by_layer.png",
+        title = f"{ladder_dir.name}: {metric.label} per layer, every rung"
+        save_figure(
+            plot_layer_lines(series, refs, metric.axis_label, title), ladder_dir / f"{metric.short}_by_layer.png"
         )
-    plot_explainer(ladder_dir / "explainer.png")
+    save_figure(plot_explainer(), ladder_dir / "explainer.png")
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))
     return report

@@ -80,7 +80,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     """{table name: (columns, rows)}: ladder (per rung, every rung of the ladder, with the reference),
     runs (per run), layers (per rung and layer, mean over seeds) and the long tables of the by-rung charts."""
     by_rung = {r.rung: r for r in results}
-    stats = csv_columns()[1:]
+    stats = csv_columns(results)[1:]
     ladder_columns = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
     referenced = {f.name for f in fields(ReferenceFigures)}
     for key in stats:
@@ -102,7 +102,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
         setting = result.setting(number="{}") if result else dict.fromkeys(SETTING_COLUMNS)
         ladder.append([*row, *setting.values(), info.reference.get("epochs")])
 
-    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *csv_columns()[2:], *SETTING_COLUMNS]
+    runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *stats[1:], *SETTING_COLUMNS]
     runs = [
         [
             r.rung,
@@ -110,7 +110,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
             run.seed,
             run.done.get("test_acc"),
             run.done.get("val_acc"),
-            *(one.values(key)[0] if one.values(key) else None for key in csv_columns()[2:]),
+            *(one.values(key)[0] if one.values(key) else None for key in stats[1:]),
             *one.setting(number="{}").values(),
         ]
         for r in results
@@ -220,7 +220,7 @@ def log_report_to_wandb(
             {
                 f"report/{row[0]}/{key}": row[columns.index(key)]
                 for row in ladder
-                for key in csv_columns()[1:]
+                for key in csv_columns(results)[1:]
                 if row[columns.index(key)] is not None
             }
         )

@@ -22,7 +22,8 @@ from vitladder.training.provenance import key_defaults, read_provenance, version
 # Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
 # speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision);
 # inference_mode, the checkpoint interval and the evaluation batch, nothing learned;
-# rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew).
+# rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew);
+# the probes and their settings measure the trained model, they do not train it.
 OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "output_root",
     "run_dir",
@@ -39,6 +40,8 @@ OUTSIDE_THE_RECIPE: tuple[str, ...] = (
     "trainer.default_root_dir",
     "analysis.batch_size",
     "data.eval_batch_size",
+    "analysis.probes",
+    "analysis.settings",
 )  # and a data source's keys that its Config marks so (config_schema.source_key(in_recipe=False))
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"

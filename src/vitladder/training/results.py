@@ -9,8 +9,6 @@ import time
 import lightning as L
 from omegaconf import DictConfig
 
-from vitladder.analysis.outputs import analysis_summary_for_done
-from vitladder.analysis.summary import AttentionSummary
 from vitladder.atomic import save_torch, write_json
 from vitladder.run_folder import MODEL_FORMAT, RunPaths
 from vitladder.training.module import RecipeModule
@@ -60,12 +58,12 @@ def rung_summary(
     trainer: L.Trainer,
     val_acc: float | None,
     test_metrics: dict,
-    analysis: AttentionSummary | None,
+    analysis: dict | None,
     started: float,
     data: dict | None = None,
 ) -> dict:
     """done.json's content: the rung's identity, what it trained (epochs and optimizer steps, planned and done,
-    and ``data``: ImageDataModule.facts()), accuracies and headline attention numbers."""
+    and ``data``: ImageDataModule.facts()), accuracies and the probes' scalars (``analysis``: the callback's)."""
     steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
     summary = {
         "rung": cfg.rung,
@@ -81,9 +79,7 @@ def rung_summary(
         "val_acc": val_acc,
         "seconds": round(time.time() - started, 1),
     }
-    if analysis is not None:
-        summary.update(analysis_summary_for_done(analysis))
-    return summary
+    return {**summary, **(analysis or {})}
 
 
 def write_results(

@@ -263,7 +263,7 @@ def _fit_and_test(
             raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
         val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
-        summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.summary, started, datamodule.facts())
+        summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.scalars, started, datamodule.facts())
         if trainer.is_global_zero:
             write_results(module, paths, datamodule.classes, cfg, summary, wandb_logger)
     return summary

@@ -1,0 +1,144 @@
+"""What is asked of a trained model: one module per probe, found by name from ``analysis.probes``.
+
+A probe is a module ``vitladder.analysis.probes.<name>`` that defines ``run(model, images, labels, ctx) ->
+Result``: from the model (eval mode, no gradients, on the training device), the analysis images ``(N, 3, S, S)``
+uint8 on that device with their labels ``(N,)``, and a frozen :class:`Context`, its tables, figures and scalars.
+Optionally ``track(model, images, ctx) -> {name: float}``, measured during training on the tracking images
+(logged as ``track/<name>`` against ``epoch``, kept in the checkpointed history that ``ctx.history`` hands to
+``run``), and ``columns() -> (Column, ...)``, how the ladder report shows its scalars. Everything else (the CSV and PNG
+files, W&B, done.json, the ladder report) loops over the configured probes; modules whose name starts with
+``_`` are helpers, not probes (as ``data/sources/`` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from vitladder.errors import UserError
+
+if TYPE_CHECKING:  # discovery (probe_names, the config's check) imports neither torch nor matplotlib
+    from matplotlib.figure import Figure
+    from torch import Tensor, nn
+
+    from vitladder.data.stats import ChannelStats
+
+__all__ = [
+    "Chart",
+    "Column",
+    "Context",
+    "Result",
+    "columns",
+    "probe_named",
+    "probe_names",
+    "run_probes",
+    "track_probes",
+]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a probe knows besides the model and the images."""
+
+    rung: str
+    seed: int
+    patch_px: int
+    grid: int  # patches per side
+    stats: ChannelStats  # the normalisation the model trained with
+    classes: tuple[str, ...] | None = None
+    batch_size: int = 250
+    example_index: int = 0  # the image a per-image figure shows
+    history: tuple[Mapping[str, float], ...] = ()  # tracked values: {"epoch": epochs trained, name: value}
+    settings: Mapping[str, Mapping] = field(default_factory=dict)  # probe name -> its analysis.settings block
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A W&B custom chart over one of the result's tables (``wandb.plot.line`` or ``.scatter``)."""
+
+    table: str
+    x: str
+    y: str
+    title: str
+    kind: str = "line"
+
+
+@dataclass
+class Result:
+    """tables: name -> rows (``<name>.csv``, W&B table ``analysis/<name>``); figures: name -> figure
+    (``<name>.png``, W&B image ``analysis/figures/<name>``); scalars: name -> number (done.json, the W&B summary
+    ``analysis/<name>``, the ladder report); charts: name -> chart (W&B ``analysis/<name>``)."""
+
+    tables: dict[str, list[dict]] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
+    scalars: dict[str, float] = field(default_factory=dict)
+    charts: dict[str, Chart] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A scalar as the ladder report shows it: ladder.csv's column ``key`` (the mean over seeds, with
+    ``<key>_ci95`` when ``ci``) and, with a ``header``, a report.md column: the mean (± 95% CI when ``ci``)
+    in ``digits`` decimals, or ``text(values)`` where given (``values(key)``: one value per seed).
+    ``reference(figures)``: a "ref." cell beside it from the rung's reference figures."""
+
+    key: str
+    header: str | None = None
+    digits: int = 1
+    ci: bool = True
+    reference: Callable[[Mapping], str] | None = None
+    text: Callable[[Callable[[str], list[float]]], str] | None = None
+
+
+def probe_names() -> list[str]:
+    """Every probe there is: the public modules of this package, sorted."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
+
+
+def probe_named(name: str) -> ModuleType:
+    """The module of probe ``name``; an unknown name is one line listing the known ones."""
+    if name not in probe_names():
+        raise UserError(f"unknown probe '{name}' in analysis.probes: choose from {', '.join(probe_names())}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def columns(names: Sequence[str]) -> tuple[Column, ...]:
+    """The ladder report's columns of the probes ``names``, in their order."""
+    return tuple(column for name in names for column in getattr(probe_named(name), "columns", tuple)())
+
+
+def run_probes(
+    model: nn.Module, images: Tensor, labels: Tensor, ctx: Context, names: Sequence[str]
+) -> dict[str, Result]:
+    """Every probe of ``names`` on ``images`` ``(N, 3, S, S)`` uint8 and ``labels`` ``(N,)``: {name: Result}.
+    Two probes naming the same output is an error: each file, table and scalar has one maker."""
+    from vitladder.analysis.head_removal import evaluating
+
+    results: dict[str, Result] = {}
+    seen: dict[str, str] = {}
+    for name in names:
+        with evaluating(model):
+            result = probe_named(name).run(model, images, labels, ctx)
+        for kind in ("tables", "figures", "scalars", "charts"):
+            for key in getattr(result, kind):
+                if seen.setdefault(f"{kind}:{key}", name) != name:
+                    raise ValueError(f"probes {seen[f'{kind}:{key}']} and {name} both make {kind} '{key}'")
+        results[name] = result
+    return results
+
+
+def track_probes(model: nn.Module, images: Tensor, ctx: Context, names: Sequence[str]) -> dict[str, float]:
+    """The values every probe of ``names`` that tracks measures on ``images``: {name: value}."""
+    from vitladder.analysis.head_removal import evaluating
+
+    values: dict[str, float] = {}
+    for name in names:
+        probe = probe_named(name)
+        if hasattr(probe, "track"):
+            with evaluating(model):
+                values.update(probe.track(model, images, ctx))
+    return values
