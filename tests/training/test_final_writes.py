@@ -24,6 +24,8 @@ from omegaconf import OmegaConf
 from run_helpers import Crash, CrashAtEpoch
 
 import vitladder.data.datamodule as datamodule_module
+from vitladder.analysis.probes import columns
+from vitladder.config import compose_rung
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths, is_finished, read_summary
@@ -154,13 +156,8 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
         "test_loss",
         "val_acc",
         "seconds",
-        "layer1_distance_px",
-        "uniform_distance_px",
-        "layer1_entropy_nats",
-        "uniform_entropy_nats",
-        "layer1_distance_drop_px",
-        "uniform_distance_drop_px",
         "analysis_images",
+        *(column.key for column in columns(compose_rung("patch8", []).analysis.probes)),  # each probe's numbers
     }
     assert (summary["rung"], summary["ladder"], summary["seed"], summary["epochs"]) == ("patch8", "smoke", 1, 2)
     assert summary["seconds"] == 12.3 and summary["analysis_images"] == 8
