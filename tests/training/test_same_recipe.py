@@ -174,7 +174,15 @@ def test_an_upgrade_keeps_a_finished_run_of_the_same_recipe(tiny_cfg):
     assert made["versions"]["lightning"] == lightning.__version__ and made["versions"]["git_commit"]
     assert made["defaults"]["trainer.model_registry"] is None and made["defaults"]["mixup.switch_prob"] == 0.5
 
-    old_keys = ("trainer.barebones", "trainer.model_registry", "optim.warmup_start_lr", "mixup.switch_prob")
+    old_keys = (
+        "trainer.barebones",
+        "trainer.model_registry",
+        "optim.warmup_start_lr",
+        "mixup.switch_prob",
+        "data.eval_batch_size",  # added with the probes: a run finished before them is kept
+        "analysis.probes",
+        "analysis.settings",
+    )
     stored = drop(OmegaConf.to_container(OmegaConf.load(paths.config)), *old_keys)
     paths.config.write_text(OmegaConf.to_yaml(stored))
     made["versions"]["lightning"] = "2.5.2"
