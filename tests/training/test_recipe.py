@@ -279,3 +279,25 @@ def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> N
     timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
     assert len(timers) == 1 and timers[0]._duration == 3600  # trainer.max_time: a clean stop
     assert trainer.progress_bar_callback is None and trainer.num_devices == 1  # trainer.enable_progress_bar=false
+
+
+def _leaves(node, prefix=""):
+    """A composed config as {dotted key: value}."""
+    if isinstance(node, dict):
+        return {k: v for key, child in node.items() for k, v in _leaves(child, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+@pytest.mark.parametrize("rung", rung_names())
+def test_the_laptop_profile_is_the_full_recipe_narrower_and_shorter_on_every_training_image(rung: str) -> None:
+    """docs/laptop.md: the 7 x 6 model at width 48, every rung's epochs and warmup scaled by one factor, the
+    study's learning rate, tracking every epoch; the data, the rest of the recipe and the analysis unchanged."""
+    full, laptop = (OmegaConf.to_container(compose_rung(rung, o), resolve=True) for o in ([], ["profile=laptop"]))
+    changed = {k for k, v in _leaves(laptop).items() if _leaves(full).get(k) != v}
+    allowed = {"profile.name", "profile.epoch_scale", "ladder", "run_dir", "trainer.default_root_dir"}
+    assert changed - allowed == {"model.embed_dim", "optim.lr", "trainer.max_epochs", "analysis.track_every_n_epochs"}
+    cfg = compose_rung(rung, ["profile=laptop"])
+    assert (cfg.model.depth, cfg.model.num_heads, cfg.model.embed_dim) == (7, 6, 48)
+    assert cfg.data.source == "cifar10" and cfg.data.train_subset is None and cfg.analysis.track_every_n_epochs == 1
+    epochs, warmup = scaled_epochs(cfg)
+    assert epochs == round(full["optim"]["epochs"] * 0.06) and warmup == pytest.approx(full["optim"]["warmup_epochs"] * 0.06)
