@@ -41,7 +41,7 @@ def test_rung_files_match_the_ladder():
         assert list(defaults) == [previous, "_self_"], f"{rung} must build on {previous}"
 
 
-@pytest.mark.parametrize("profile", ["full", "smoke"])
+@pytest.mark.parametrize("profile", ["full", "smoke", "laptop"])
 def test_each_rung_differs_from_the_one_before_by_exactly_its_delta(profile):
     previous = resolved(compose_base([f"profile={profile}"]))
     for rung in rung_names():
@@ -219,7 +219,7 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
         ),
         (["data.horizontal_flip=maybe"], "data.horizontal_flip takes true or false, e.g. data.horizontal_flip=true"),
         (["data=imagefolder"], "data.root has no value: give one on the command line, data.root=..."),
-        (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, smoke"),
+        (["profile=tiny"], "profile=tiny: no such choice (conf/profile/tiny.yaml); choose one of full, laptop, smoke"),
         (["data=../etc"], "data=../etc: no such choice (conf/data/../etc.yaml); choose one of cifar10, imagefolder"),
         (["data.batch_size=0"], "data.batch_size=0 is not valid: data.batch_size must be at least 1"),
         (["data.val_size=-5"], "data.val_size=-5 is not valid: data.val_size must be at least 0 (0: no validation"),

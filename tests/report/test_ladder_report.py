@@ -55,6 +55,7 @@ ARTICLE_SETTING = {
     "test_images": 10_000,
     "test_order": "official",
     "analysis_images": 1000,
+    "model": {"embed_dim": 384, "depth": 7, "num_heads": 6, "mlp_ratio": 4.0},
 }
 
 
@@ -366,3 +367,21 @@ def test_both_readings_of_the_distance_are_reported(tmp_path: Path) -> None:
     (row,) = [line for line in text.split("## What")[0].splitlines() if line.startswith("| `patch4` |")]
     assert "| 13.0 | 14.0 (16.5) | 16.5 |" in row and "| 12.5 | 16.3 |" in row
     assert "renormalised over the patch keys" in text and "common in published code" in text
+
+
+def test_a_narrower_model_says_so_from_done_json_or_from_an_older_runs_config(tmp_path: Path) -> None:
+    """The smoke and laptop profiles train the article's 7 x 6 shape at width 48: never as the article's row."""
+    ladder = tmp_path / "laptop"
+    laptop = {**ARTICLE_SETTING, "model": {**ARTICLE_SETTING["model"], "embed_dim": 48}}
+    make_run(ladder, "patch8", setting=laptop)
+    older = make_run(ladder, "augment", setting={k: v for k, v in ARTICLE_SETTING.items() if k != "model"})
+    with (older / "config.yaml").open("a") as config:  # done.json from before it recorded the model
+        config.write("model:\n  embed_dim: 48\n  depth: 7\n  num_heads: 6\n  mlp_ratio: 4.0\n  patch_size: 8\n")
+    make_run(ladder, "patch4", setting=ARTICLE_SETTING)
+    build_report(ladder)
+    rows = {r["rung"]: r for r in read_csv(ladder / "ladder.csv")}
+    assert rows["patch8"]["differs"] == rows["augment"]["differs"] == "width 48, not 384"
+    assert rows["patch4"]["differs"] == "no"
+    table = (ladder / "report.md").read_text().split("## What each rung trained")[0]
+    (row,) = [line for line in table.splitlines() if line.startswith("| `patch8` |")]
+    assert "| width 48, not 384 |" in row

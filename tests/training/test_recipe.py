@@ -300,4 +300,6 @@ def test_the_laptop_profile_is_the_full_recipe_narrower_and_shorter_on_every_tra
     assert (cfg.model.depth, cfg.model.num_heads, cfg.model.embed_dim) == (7, 6, 48)
     assert cfg.data.source == "cifar10" and cfg.data.train_subset is None and cfg.analysis.track_every_n_epochs == 1
     epochs, warmup = scaled_epochs(cfg)
-    assert epochs == round(full["optim"]["epochs"] * 0.06) and warmup == pytest.approx(full["optim"]["warmup_epochs"] * 0.06)
+    assert epochs == round(full["optim"]["epochs"] * 0.06) and warmup == pytest.approx(
+        full["optim"]["warmup_epochs"] * 0.06
+    )

@@ -29,7 +29,8 @@ from vitladder.run_folder import MODEL_FORMAT, RunPaths, is_finished, read_summa
 from vitladder.training import results as results_module
 from vitladder.training.results import epochs_trained, final_val_acc, rung_summary, write_results
 
-CFG = OmegaConf.create({"rung": "warmup", "ladder": "smoke", "seed": 3})
+MODEL = {"embed_dim": 48, "depth": 7, "num_heads": 6, "mlp_ratio": 4.0}
+CFG = OmegaConf.create({"rung": "warmup", "ladder": "smoke", "seed": 3, "model": {**MODEL, "patch_size": 4}})
 
 
 def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None) -> SimpleNamespace:
@@ -62,6 +63,7 @@ def test_the_summary_holds_the_runs_identity_length_accuracies_and_time(monkeypa
         "rung": "warmup",
         "ladder": "smoke",
         "seed": 3,
+        "model": MODEL,  # the report says where it is not the article's (report/setting.py)
         "epochs": 4,
         "epochs_planned": 5,
         "steps": 120,

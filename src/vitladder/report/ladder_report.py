@@ -118,7 +118,9 @@ class RungResult:
 
     def setting(self, number: str = "{:,}") -> dict[str, str]:
         """What its runs trained, on which images, and where that differs from the article (setting.SETTING_COLUMNS)."""
-        return setting_row([run.done for run in self.runs], get_rung(self.rung).reference.get("epochs"), number)
+        # A done.json from before it recorded the model: the run's config.yaml says it.
+        done = [{"model": run.config.get("model"), **run.done} for run in self.runs]
+        return setting_row(done, get_rung(self.rung).reference.get("epochs"), number)
 
     def by_layer(self, key: str) -> list[float]:
         """The per-layer mean over seeds of a layers.csv column (empty when not analysed, or written before the

@@ -12,12 +12,19 @@ from collections.abc import Mapping
 
 from vitladder.data.sources import OFFICIAL_CIFAR10
 
-__all__ = ["ARTICLE", "SETTING_COLUMNS", "analysed", "differences", "epochs_text", "setting_row"]
+__all__ = ["ARTICLE", "ARTICLE_MODEL", "SETTING_COLUMNS", "analysed", "differences", "epochs_text", "setting_row"]
 
 # The article's setting, as far as it states it (its epochs per rung are each rung's reference `epochs`).
 ARTICLE_TRAIN_IMAGES = 50_000  # not stated: CIFAR-10's whole training set, presumably
 ARTICLE_TEST_IMAGES = 10_000  # test accuracy over CIFAR-10's test set
 ARTICLE_ANALYSED = 1_000  # attention over the official first 1,000 test images
+# The article's model beside each rung's patch size (docs/design.md §2): done.json's ``model``, in words.
+ARTICLE_MODEL = {
+    "embed_dim": ("width", 384),
+    "depth": ("layers", 7),
+    "num_heads": ("heads", 6),
+    "mlp_ratio": ("MLP ratio", 4.0),
+}
 ARTICLE = (
     "The article's setting: the official CIFAR-10 pixels, 100 epochs a rung (200 for the last), test accuracy "
     "over the 10,000 test images, attention over the official first 1,000 of them; it does not say how many "
@@ -49,7 +56,11 @@ def differences(done: Mapping, reference_epochs: int | None) -> list[str]:
     """Where a run's setting differs from the article's, in words; [] when it is the article's."""
     if "test_order" not in done:
         return [f"setting {NOT_RECORDED}"]
-    words = []
+    words = [
+        f"{name} {value:g}, not {article:g}"
+        for key, (name, article) in ARTICLE_MODEL.items()
+        if (value := (done.get("model") or {}).get(key)) is not None and value != article
+    ]
     if reference_epochs is not None and done["epochs"] < reference_epochs:
         words.append(f"{epochs_text(done)} of {reference_epochs} epochs")
     elif reference_epochs is not None and done["epochs"] > reference_epochs:

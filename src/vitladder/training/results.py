@@ -62,13 +62,14 @@ def rung_summary(
     started: float,
     data: dict | None = None,
 ) -> dict:
-    """done.json's content: the rung's identity, what it trained (epochs and optimizer steps, planned and done,
-    and ``data``: ImageDataModule.facts()), accuracies and the probes' scalars (``analysis``: the callback's)."""
+    """done.json's content: the rung's identity and model size, what it trained (epochs and optimizer steps,
+    planned and done, and ``data``: ImageDataModule.facts()), accuracies and the probes' scalars (``analysis``)."""
     steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
     summary = {
         "rung": cfg.rung,
         "ladder": cfg.ladder,
         "seed": int(cfg.seed),
+        "model": {key: cfg.model[key] for key in ("embed_dim", "depth", "num_heads", "mlp_ratio")},
         "epochs": epochs_trained(steps, per_epoch),
         "epochs_planned": trainer.max_epochs,
         "steps": steps,
