@@ -4,6 +4,7 @@ the schema (config_schema.py) cannot make."""
 from __future__ import annotations
 
 import functools
+import pkgutil
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# analysis.probes' modules (analysis/probes/__init__.py): their names are read from the folder, not imported
+PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
@@ -221,12 +224,10 @@ def range_errors(cfg: DictConfig) -> list[str]:
         if value is not _ABSENT and not in_range(value):
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
-    from vitladder.analysis.probes import probe_names  # the package's modules, found without importing them
-
-    asked = OmegaConf.select(cfg, "analysis.probes", default=None) or ()
-    unknown = [name for name in asked if name not in probe_names()]
+    probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
+    unknown = [name for name in OmegaConf.select(cfg, "analysis.probes", default=None) or () if name not in probes]
     if unknown:
-        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probe_names())}")
+        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
     if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
         errors.append(
             f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
