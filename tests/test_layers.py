@@ -1,6 +1,7 @@
 """The package's layers, as its files state them (read with ast, lazy imports in functions included): no two
 modules import each other, even through others, no module imports a layer above its own, and no code below or
-beside a data source normalises with that source's statistics by default."""
+beside a data source normalises with that source's statistics by default. A plugin reached by its name
+(importlib: config_schema's data sources, data/sources/' and analysis/probes/' own lookups) is no import here."""
 
 from __future__ import annotations
 
