@@ -4,6 +4,7 @@ the schema (config_schema.py) cannot make."""
 from __future__ import annotations
 
 import functools
+import pkgutil
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from vitladder.config_errors import explain
 from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, source_ranges
 from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
@@ -19,6 +21,8 @@ from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# analysis.probes' modules (analysis/probes/__init__.py): their names are read from the folder, not imported
+PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
@@ -105,35 +109,37 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
 def compose_config(overrides: Sequence[str]) -> DictConfig:
     """conf/config.yaml with command-line overrides, as Hydra composes it for train.py; a mistake is one
     UserError line (config_errors.py) rather than Hydra's report."""
-    from hydra import compose, initialize_config_dir
-
-    from vitladder.config_errors import explain
-
-    register_resolvers()
     register_schema(CONF_DIR)  # again: a source module added since this process started is a data= option too
     overrides = accept_plus_step(overrides)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(overrides))
+        cfg = compose_unchecked(overrides)
     except Exception as error:
-        raise explain(error, overrides) from None
+        raise explain(error, overrides, compose_unchecked) from None
     validate(cfg, overrides)
     return cfg
+
+
+def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
+    """conf/config.yaml with `overrides`, as Hydra composes it, before validate's checks."""
+    from hydra import compose, initialize_config_dir
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
 
 
 @functools.cache
 def base_values(source: str) -> dict[str, Any]:
     """conf/config.yaml with data=<source> and nothing else (no rung, no command line), resolved: what each key
     is before anything chooses it. Inside train.py's Hydra app, Hydra is set up already, on the same conf/."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
     overrides = [f"data={source}"]
     if GlobalHydra.instance().is_initialized():
         return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    return OmegaConf.to_container(compose_unchecked(overrides), resolve=True)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -150,8 +156,6 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     """What the schema's types cannot say, checked before anything is written: keys Hydra force-added
     with `+`, values left unset, and ranges. Raises a one-line UserError."""
-    from vitladder.config_errors import explain
-
     try:
         # Hydra adds a `+key=value` with OmegaConf's force_add, past the schema: merging the plain values
         # into the schema again refuses a key it does not declare.
@@ -159,11 +163,11 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
     except OmegaConfBaseException as error:
-        raise explain(error, overrides) from None
+        raise explain(error, overrides, compose_unchecked) from None
     try:
         errors = range_errors(cfg)  # first: they need no torch import (trainer.precision's resolver does)
     except OmegaConfBaseException as error:
-        raise explain(error, overrides) from None
+        raise explain(error, overrides, compose_unchecked) from None
     if errors:
         raise UserError(errors[0])
     missing = sorted(OmegaConf.missing_keys(cfg))
@@ -172,7 +176,7 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     try:
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves, to a value of its type
     except OmegaConfBaseException as error:
-        raise explain(error, overrides) from None
+        raise explain(error, overrides, compose_unchecked) from None
 
 
 _ABSENT = object()
@@ -220,12 +224,10 @@ def range_errors(cfg: DictConfig) -> list[str]:
         if value is not _ABSENT and not in_range(value):
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
-    from vitladder.analysis.probes import probe_names  # the package's modules, found without importing them
-
-    asked = OmegaConf.select(cfg, "analysis.probes", default=None) or ()
-    unknown = [name for name in asked if name not in probe_names()]
+    probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
+    unknown = [name for name in OmegaConf.select(cfg, "analysis.probes", default=None) or () if name not in probes]
     if unknown:
-        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probe_names())}")
+        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
     if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
         errors.append(
             f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "

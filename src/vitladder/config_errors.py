@@ -9,16 +9,20 @@ from __future__ import annotations
 import difflib
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from omegaconf import DictConfig, OmegaConf
 
 from vitladder.config_schema import data_schemas, data_sources_with, schema_keys
 from vitladder.errors import UserError
 
 _ALREADY_SET = re.compile(r"An item is already at '([^']+)'")
+Compose = Callable[[Sequence[str]], DictConfig]  # the config composed again with these overrides, unchecked
 
 
-def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
-    """The UserError for a failed composition (or schema check) of the config with `overrides`."""
+def explain(error: BaseException, overrides: Sequence[str], compose: Compose) -> UserError:
+    """The UserError for a failed composition (or schema check) of the config with `overrides`; `compose`
+    (config.compose_unchecked) shows a key's current value."""
     from hydra.errors import MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
@@ -39,7 +43,7 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and full_key:
         return UserError(unknown_key(full_key, getattr(cause, "object_type", None)))
     if isinstance(cause, ValidationError) and full_key:
-        return UserError(_wrong_type(full_key, overrides))
+        return UserError(_wrong_type(full_key, overrides, compose))
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
     return UserError(f"{lines[0].rstrip('.')} (overrides: {' '.join(overrides)})")
 
@@ -76,12 +80,12 @@ def _missing_option(message: str) -> str:
     return f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(options)}"
 
 
-def _wrong_type(key: str, overrides: Sequence[str]) -> str:
+def _wrong_type(key: str, overrides: Sequence[str], compose: Compose) -> str:
     """`trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer, e.g. trainer.max_epochs=100`."""
     key = re.sub(r"\[\d+\]$", "", key)  # optim.betas[0]: an item of a list
     given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
     value = given.partition("=")[2] if given else "?"
-    example = _current_value(key, [o for o in overrides if o is not given])
+    example = _current_value(key, [o for o in overrides if o is not given], compose)
     return f"{key}={value!r} is not valid: {key} takes {_kind(key)}" + (
         f", e.g. {key}={example}" if example not in (None, "null") else ""
     )
@@ -106,17 +110,10 @@ def _kind(key: str) -> str:
     return f"{kind} or null" if optional else kind
 
 
-def _current_value(key: str, overrides: Sequence[str]) -> str | None:
+def _current_value(key: str, overrides: Sequence[str], compose: Compose) -> str | None:
     """`key`'s value on the command line's syntax, composed without the faulty override; None if that fails."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from vitladder.config import CONF_DIR, register_resolvers
-
     try:
-        register_resolvers()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            value = OmegaConf.select(compose(config_name="config", overrides=list(overrides)), key)
+        value = OmegaConf.select(compose(overrides), key)
     except Exception:  # the example is a courtesy: any other mistake is reported once that one is fixed
         return None
     if isinstance(value, bool):

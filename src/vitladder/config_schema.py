@@ -9,6 +9,7 @@ refused at composition, before anything runs. Ranges and cross-field rules are `
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+DATA_SOURCES = "vitladder.data.sources"  # data=<name> is the module DATA_SOURCES.<name> (data_schemas)
 
 
 @dataclass
@@ -221,10 +224,10 @@ class Config:
 
 def data_schemas() -> dict[str, type[DataConfig]]:
     """data=<name> -> the keys and types of that source: its module's ``Config`` (DataConfig when it has no
-    keys of its own). Imported here, not at the top: the sources import this module."""
-    from vitladder.data.sources import source_named, source_names
-
-    return {name: getattr(source_named(name), "Config", DataConfig) for name in source_names()}
+    keys of its own). The sources build on DataConfig from a layer above this one, so they are reached by their
+    package's name when asked (as Hydra reaches a ``_target_``), not imported."""
+    sources = importlib.import_module(DATA_SOURCES)
+    return {name: getattr(sources.source_named(name), "Config", DataConfig) for name in sources.source_names()}
 
 
 def register_schema(conf_dir: Path) -> None:

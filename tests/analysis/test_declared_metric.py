@@ -20,8 +20,9 @@ from vitladder.analysis.outputs import read_csv, write_csv
 from vitladder.analysis.probes.attention import layer_rows
 from vitladder.analysis.summary import analyse
 from vitladder.analysis.wandb_log import log_analysis
-from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.augment import normalize
 from vitladder.data.datamodule import Split
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 from vitladder.report.ladder_report import build_report, collect
 from vitladder.report.wandb_run import charts, report_tables
@@ -96,9 +97,9 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     callback.on_train_epoch_end(trainer, module)  # tracking: epoch 1
     callback.on_train_end(trainer, module)  # the final analysis: CSVs and figures
 
-    _, maps = capture_attention(model, normalize(test))  # [(5, H, T, T)] * L
+    _, maps = capture_attention(model, normalize(test, CIFAR10_STATS.mean, CIFAR10_STATS.std))  # [(5, H, T, T)] * L
     expected = torch.stack([self_share(a) for a in maps])  # (L, H)
-    _, val_maps = capture_attention(model, normalize(val))
+    _, val_maps = capture_attention(model, normalize(val, CIFAR10_STATS.mean, CIFAR10_STATS.std))
     tracked = [self_share(a).mean().item() for a in val_maps]  # (L,) layer means
     assert [callback.history[0][f"layer{layer}/self_share"] for layer in range(3)] == pytest.approx(tracked, abs=1e-6)
     assert logged["track/layer2/self_share"] == pytest.approx(tracked[2], abs=1e-6)
@@ -130,7 +131,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
 
 def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMetric) -> None:
     ladder = tmp_path / "smoke"
-    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH)
+    summary = analyse(tiny_vit(), some_images(4, 3), batch_size=4, patch_px=PATCH, stats=CIFAR10_STATS)
     rows = layer_rows(summary)
     toy_done = {"layer1_self_share": rows[1]["self_share"], "uniform_self_share": 1 / 17}
     for rung in ("patch8", "augment"):

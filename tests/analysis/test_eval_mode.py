@@ -22,8 +22,8 @@ from vitladder.analysis.checkpoint import test_split as run_test_split  # not co
 from vitladder.analysis.outputs import read_csv
 from vitladder.analysis.summary import AttentionSummary, analyse, example_attention
 from vitladder.config import compose_rung
-from vitladder.data.augment import CIFAR10_STATS
 from vitladder.data.datamodule import Split
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.demo.export import attention_payload
 from vitladder.model import ViTConfig, build_vit
 
@@ -59,7 +59,7 @@ def assert_same(a: AttentionSummary, b: AttentionSummary) -> None:
 
 def eval_reference(images: torch.Tensor, **kwargs) -> AttentionSummary:
     """The analysis of the same model, put in eval mode by the test itself."""
-    return analyse(stochastic_vit().eval(), images, patch_px=PATCH, **kwargs)
+    return analyse(stochastic_vit().eval(), images, patch_px=PATCH, stats=CIFAR10_STATS, **kwargs)
 
 
 def test_train_mode_would_change_the_numbers() -> None:
@@ -68,14 +68,17 @@ def test_train_mode_would_change_the_numbers() -> None:
     from vitladder.data.augment import normalize
 
     with torch.no_grad():
-        assert not torch.equal(model(normalize(images)), model(normalize(images)))
+        assert not torch.equal(
+            model(normalize(images, CIFAR10_STATS.mean, CIFAR10_STATS.std)),
+            model(normalize(images, CIFAR10_STATS.mean, CIFAR10_STATS.std)),
+        )
 
 
 def test_analyse_runs_in_eval_mode_and_is_deterministic() -> None:
     images = some_images(6, 1)
     model = stochastic_vit()
-    first = analyse(model, images, batch_size=4, patch_px=PATCH)
-    second = analyse(model, images, batch_size=4, patch_px=PATCH)
+    first = analyse(model, images, batch_size=4, patch_px=PATCH, stats=CIFAR10_STATS)
+    second = analyse(model, images, batch_size=4, patch_px=PATCH, stats=CIFAR10_STATS)
     assert model.training, "the caller's train mode must be restored"
     assert_same(first, second)
     assert_same(first, eval_reference(images, batch_size=4))
@@ -152,10 +155,13 @@ def test_the_callbacks_final_analysis_runs_in_eval_mode_on_the_first_test_images
 def test_the_demo_export_runs_in_eval_mode_and_is_deterministic() -> None:
     images, labels = some_images(3, 4), torch.tensor([1, 2, 3])
     model = stochastic_vit()
-    first, second = attention_payload(model, images, labels), attention_payload(model, images, labels)
+    first, second = (
+        attention_payload(model, images, labels, stats=CIFAR10_STATS),
+        attention_payload(model, images, labels, stats=CIFAR10_STATS),
+    )
     assert model.training
     assert first == second
-    assert first == attention_payload(stochastic_vit().eval(), images, labels)
+    assert first == attention_payload(stochastic_vit().eval(), images, labels, stats=CIFAR10_STATS)
 
 
 def test_analyze_script_runs_in_eval_mode_on_the_first_test_images(tmp_path: Path, monkeypatch) -> None:

@@ -19,7 +19,7 @@ from vitladder.analysis import figures
 from vitladder.analysis.probes import Context, cls_attention, run_probes
 from vitladder.analysis.probes.cls_attention import CLASS_NAME_CHARS
 from vitladder.config import compose_rung
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.demo.export import export_demo
 from vitladder.demo.pack import read_data_js
 from vitladder.model import ViTConfig, build_vit

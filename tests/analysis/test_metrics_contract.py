@@ -10,7 +10,7 @@ import torch
 from vitladder.analysis import summary as summary_module
 from vitladder.analysis.metrics import attention_entropy, attention_rollout, cls_share, mean_attention_distance
 from vitladder.analysis.summary import analyse
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 
 
@@ -52,8 +52,8 @@ def images(n: int) -> torch.Tensor:
 
 def test_a_bf16_model_is_analysed_in_its_own_dtype() -> None:
     model, batch = tiny_vit(), images(2)
-    reference = analyse(model, batch, batch_size=2, patch_px=8)
-    low = analyse(model.to(torch.bfloat16), batch, batch_size=2, patch_px=8)
+    reference = analyse(model, batch, batch_size=2, patch_px=8, stats=CIFAR10_STATS)
+    low = analyse(model.to(torch.bfloat16), batch, batch_size=2, patch_px=8, stats=CIFAR10_STATS)
     assert torch.allclose(low.heads["entropy_nats"], reference.heads["entropy_nats"], atol=0.05)
 
 

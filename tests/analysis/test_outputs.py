@@ -12,7 +12,7 @@ from PIL import Image
 from vitladder.analysis.outputs import done_scalars, history_rows, read_analysis_csv, read_csv, write_results
 from vitladder.analysis.probes import Context, run_probes
 from vitladder.analysis.summary import analyse
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 
 CLASSES = tuple(f"class{i}" for i in range(10))
@@ -60,7 +60,7 @@ def test_each_probes_tables_and_figures_become_files(tmp_path: Path, model, imag
     assert pngs == {"distance.png", "entropy.png", "explainer.png", "cls_attention.png", "locality.png"}
     assert {p.name for p in files.values()} == {p.name for p in tmp_path.iterdir()} == csvs | pngs  # no temp files
 
-    summary = analyse(model, images, batch_size=4, patch_px=4)
+    summary = analyse(model, images, batch_size=4, patch_px=4, stats=CIFAR10_STATS)
     heads = read_csv(tmp_path / "heads.csv")
     assert list(heads[0]) == ["layer", "head", "distance_px", "entropy_nats", "cls_share", "distance_drop_px"]
     assert [(int(r["layer"]), int(r["head"])) for r in heads] == [(layer, h) for layer in range(7) for h in range(6)]
@@ -91,7 +91,7 @@ def test_without_history_no_tracking_files(tmp_path: Path, model, images) -> Non
 
 def test_done_scalars(model, images) -> None:
     done = done_scalars(results_of(model, images), num_images=6)
-    summary = analyse(model, images, batch_size=4, patch_px=4)
+    summary = analyse(model, images, batch_size=4, patch_px=4, stats=CIFAR10_STATS)
     assert done["layer1_distance_px"] == pytest.approx(float(summary.layers["distance_px"][1]), abs=1e-5)
     assert done["layer1_entropy_nats"] == pytest.approx(float(summary.layers["entropy_nats"][1]), abs=1e-5)
     assert done["uniform_distance_px"] == pytest.approx(16.5459, abs=1e-4)

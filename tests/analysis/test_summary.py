@@ -17,7 +17,8 @@ from vitladder.analysis.metrics import (
 )
 from vitladder.analysis.summary import analyse, example_attention, head_metrics, headline_layer, query_metrics
 from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
-from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.augment import normalize
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.data.stats import ChannelStats
 from vitladder.model import ViTConfig, build_vit
 
@@ -35,7 +36,7 @@ def images() -> torch.Tensor:
 
 
 def test_shapes_and_layer_means(images: torch.Tensor) -> None:
-    summary = analyse(tiny_vit(), images, batch_size=3, patch_px=4)
+    summary = analyse(tiny_vit(), images, batch_size=3, patch_px=4, stats=CIFAR10_STATS)
     for values in (
         summary.heads["distance_px"],
         summary.heads["entropy_nats"],
@@ -76,16 +77,18 @@ def test_the_images_are_normalised_with_the_statistics_the_model_was_trained_wit
     assert torch.allclose(summary.heads["distance_px"], direct, atol=1e-5)
     example = example_attention(model, images, None, 0, stats)
     assert torch.allclose(example.cls_maps, torch.stack([a[0, :, 0, 1:] for a in maps]), atol=1e-6)
-    cifar = analyse(model, images, batch_size=4, patch_px=4)  # another normalisation moves the numbers
+    cifar = analyse(
+        model, images, batch_size=4, patch_px=4, stats=CIFAR10_STATS
+    )  # another normalisation moves the numbers
     assert not torch.allclose(cifar.heads["distance_px"], direct, atol=1e-4)
 
 
 def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
     """Uneven batches (3 + 3 + 1) give the same numbers as one batch and as the metrics on all maps."""
     model = tiny_vit()
-    streamed = analyse(model, images, batch_size=3, patch_px=4)
-    whole = analyse(model, images, batch_size=len(images), patch_px=4)
-    _, maps = capture_attention(model, normalize(images))
+    streamed = analyse(model, images, batch_size=3, patch_px=4, stats=CIFAR10_STATS)
+    whole = analyse(model, images, batch_size=len(images), patch_px=4, stats=CIFAR10_STATS)
+    _, maps = capture_attention(model, normalize(images, CIFAR10_STATS.mean, CIFAR10_STATS.std))
     direct = torch.stack([mean_attention_distance(a, 4) for a in maps])  # (L, H)
     for got in (streamed, whole):
         assert torch.allclose(got.heads["distance_px"], direct, atol=1e-4)
@@ -95,7 +98,7 @@ def test_batches_are_weighted_by_size(images: torch.Tensor) -> None:
             got.heads["distance_drop_px"], torch.stack([mean_attention_distance(a, 4, "drop") for a in maps]), atol=1e-4
         )
     # an unweighted mean of the three batch means would differ: the last batch holds one image
-    per_batch = [analyse(model, images[i : i + 3], 3, 4).heads["distance_px"] for i in (0, 3, 6)]
+    per_batch = [analyse(model, images[i : i + 3], 3, 4, stats=CIFAR10_STATS).heads["distance_px"] for i in (0, 3, 6)]
     assert not torch.allclose(torch.stack(per_batch).mean(0), direct, atol=1e-4)
 
 
@@ -106,7 +109,7 @@ def test_uniform_attention_gives_the_design_numbers(images: torch.Tensor) -> Non
         for block in model.blocks:
             block.attn.qkv.weight.zero_()
             block.attn.qkv.bias.zero_()
-    summary = analyse(model, images, batch_size=4, patch_px=4)
+    summary = analyse(model, images, batch_size=4, patch_px=4, stats=CIFAR10_STATS)
     assert torch.allclose(summary.heads["distance_px"], torch.full((7, 6), UNIFORM_8x8), atol=1e-3)
     assert torch.allclose(summary.heads["entropy_nats"], torch.full((7, 6), math.log(65)), atol=1e-4)
     assert torch.allclose(summary.heads["cls_share"], torch.full((7, 6), 1 / 65), atol=1e-6)
@@ -115,7 +118,7 @@ def test_uniform_attention_gives_the_design_numbers(images: torch.Tensor) -> Non
 
 def test_patch8_model_uses_the_4x4_grid(images: torch.Tensor) -> None:
     model = tiny_vit(patch_size=8)
-    summary = analyse(model, images, batch_size=7, patch_px=8)
+    summary = analyse(model, images, batch_size=7, patch_px=8, stats=CIFAR10_STATS)
     assert summary.grid == 4 and example_attention(model, images, None, 0, CIFAR10_STATS).cls_maps.shape == (7, 6, 16)
     assert summary.uniform["distance_px"] == pytest.approx(16.0641, abs=1e-4)
     assert summary.uniform["entropy_nats"] == pytest.approx(math.log(17))
@@ -125,7 +128,7 @@ def test_example_image_maps_rollout_and_prediction(images: torch.Tensor) -> None
     model = tiny_vit()
     labels = torch.arange(7) % 10
     example = example_attention(model, images, labels, 5, CIFAR10_STATS)
-    logits, maps = capture_attention(model, normalize(images[5:6]))
+    logits, maps = capture_attention(model, normalize(images[5:6], CIFAR10_STATS.mean, CIFAR10_STATS.std))
     assert example.index == 5 and example.label == 5 and example.predicted == int(logits.argmax())
     assert torch.equal(example.image, images[5])
     assert example.cls_maps.shape == (7, 6, 64)
@@ -138,13 +141,13 @@ def test_example_image_maps_rollout_and_prediction(images: torch.Tensor) -> None
 
 def test_model_mode_is_restored(images: torch.Tensor) -> None:
     model = tiny_vit().train()
-    analyse(model, images[:2], batch_size=2, patch_px=4)
+    analyse(model, images[:2], batch_size=2, patch_px=4, stats=CIFAR10_STATS)
     assert model.training
 
 
 def test_rejects_float_images() -> None:
     with pytest.raises(ValueError, match="uint8"):
-        analyse(tiny_vit(), torch.zeros(2, 3, 32, 32), batch_size=2, patch_px=4)
+        analyse(tiny_vit(), torch.zeros(2, 3, 32, 32), batch_size=2, patch_px=4, stats=CIFAR10_STATS)
 
 
 @pytest.mark.parametrize(
@@ -172,10 +175,10 @@ def test_far_head_is_far_and_focused() -> None:
 def test_model_compiled_in_place_runs_eagerly(images: torch.Tensor) -> None:
     """RecipeModule compiles its ViT in place (speed.compile=true); the hooks must still see the maps."""
     model = tiny_vit()
-    reference = analyse(model, images, batch_size=7, patch_px=4)
+    reference = analyse(model, images, batch_size=7, patch_px=4, stats=CIFAR10_STATS)
     rollout = example_attention(model, images, None, 0, CIFAR10_STATS).rollout
     model.compile(backend="eager")
-    compiled = analyse(model, images, batch_size=7, patch_px=4)
+    compiled = analyse(model, images, batch_size=7, patch_px=4, stats=CIFAR10_STATS)
     assert torch.allclose(compiled.heads["distance_px"], reference.heads["distance_px"], atol=1e-5)
     with torch.compiler.set_stance("force_eager"):  # as the cls_attention probe runs it (probes.run_probes)
         assert torch.allclose(example_attention(model, images, None, 0, CIFAR10_STATS).rollout, rollout, atol=1e-6)

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitladder.data.augment import CIFAR10_MEAN, CIFAR10_STD, normalize, random_crop, random_flip
+from vitladder.data.augment import normalize, random_crop, random_flip
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -79,13 +80,13 @@ def test_random_flip_mirrors_about_half_the_images_exactly(device: str) -> None:
 
 def test_normalize_values() -> None:
     images = torch.tensor([0, 255, 128], dtype=torch.uint8)[:, None, None, None].expand(3, 3, 2, 2)
-    out = normalize(images)
+    out = normalize(images, CIFAR10_STATS.mean, CIFAR10_STATS.std)
     assert out.dtype == torch.float32 and out.shape == (3, 3, 2, 2)
-    mean, std = torch.tensor(CIFAR10_MEAN), torch.tensor(CIFAR10_STD)
+    mean, std = torch.tensor(CIFAR10_STATS.mean), torch.tensor(CIFAR10_STATS.std)
     assert torch.allclose(out[0, :, 0, 0], -mean / std, atol=1e-5)
     assert torch.allclose(out[1, :, 0, 0], (1 - mean) / std, atol=1e-5)
     assert torch.allclose(out[2, :, 1, 1], (128 / 255 - mean) / std, atol=1e-5)
     custom = normalize(images, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     assert torch.allclose(custom[:, 0, 0, 0], torch.tensor([-1.0, 1.0, 128 / 127.5 - 1]), atol=1e-5)
     with pytest.raises(TypeError):
-        normalize(images.float())
+        normalize(images.float(), CIFAR10_STATS.mean, CIFAR10_STATS.std)

@@ -10,6 +10,7 @@ import torch
 
 from vitladder.data.augment import normalize
 from vitladder.data.device_batches import DeviceBatches, stream_seed
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 
 
 def dataset(n: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,17 +26,17 @@ def visited(batches: DeviceBatches) -> list[int]:
 
 def test_batches_are_normalised_images_of_their_labels() -> None:
     images, labels = dataset(10)
-    out = list(DeviceBatches(images, labels, 4, shuffle=True, augment=False))
+    out = list(DeviceBatches(images, labels, 4, shuffle=True, augment=False, stats=CIFAR10_STATS))
     assert [len(y) for _, y in out] == [4, 4, 2]
     for x, y in out:
         assert x.dtype == torch.float32 and x.shape[1:] == (3, 32, 32) and y.dtype == torch.int64
-        assert torch.equal(x, normalize(images[y]))
+        assert torch.equal(x, normalize(images[y], CIFAR10_STATS.mean, CIFAR10_STATS.std))
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_every_index_once_per_epoch(shuffle: bool) -> None:
     images, labels = dataset(103)
-    batches = DeviceBatches(images, labels, 16, shuffle=shuffle, augment=True)
+    batches = DeviceBatches(images, labels, 16, shuffle=shuffle, augment=True, stats=CIFAR10_STATS)
     for epoch in range(3):
         batches.set_epoch(epoch)
         order = visited(batches)
@@ -47,7 +48,7 @@ def test_same_seed_and_epoch_give_the_same_batches() -> None:
     images, labels = dataset(50)
 
     def epoch_batches(seed: int, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=seed)
+        batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=seed, stats=CIFAR10_STATS)
         batches.set_epoch(epoch)
         return list(batches)
 
@@ -65,7 +66,7 @@ def test_same_seed_and_epoch_give_the_same_batches() -> None:
     assert not same(reference, epoch_batches(seed=0, epoch=6))
 
     # Same order but different augmentation is also caught: compare with augmentation off.
-    plain = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=0)
+    plain = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=0, stats=CIFAR10_STATS)
     plain.set_epoch(5)
     plain_batches = list(plain)
     assert all(torch.equal(ya, yb) for (_, ya), (_, yb) in zip(reference, plain_batches))
@@ -75,9 +76,11 @@ def test_same_seed_and_epoch_give_the_same_batches() -> None:
 @pytest.mark.parametrize("crop_padding, flip", [(4, False), (0, True)])
 def test_crop_and_flip_can_be_used_alone(crop_padding: int, flip: bool) -> None:
     images, labels = dataset(64)
-    batches = DeviceBatches(images, labels, 64, shuffle=False, augment=True, crop_padding=crop_padding, flip=flip)
+    batches = DeviceBatches(
+        images, labels, 64, shuffle=False, augment=True, crop_padding=crop_padding, flip=flip, stats=CIFAR10_STATS
+    )
     x, _ = next(iter(batches))
-    plain = normalize(images)
+    plain = normalize(images, CIFAR10_STATS.mean, CIFAR10_STATS.std)
     unchanged = (x == plain).flatten(1).all(1)
     mirrored = (x == plain.flip(-1)).flatten(1).all(1)
     if flip:  # no crop: every image is itself or its mirror, and both happen
@@ -88,7 +91,7 @@ def test_crop_and_flip_can_be_used_alone(crop_padding: int, flip: bool) -> None:
 
 def test_the_epoch_set_last_is_the_one_iterated() -> None:
     images, labels = dataset(40)
-    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=3)
+    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=False, seed=3, stats=CIFAR10_STATS)
     first = visited(batches)
     assert visited(batches) == first  # iterating twice replays the epoch: the trainer sets the next one
     batches.set_epoch(1)
@@ -101,7 +104,9 @@ def test_the_epoch_set_last_is_the_one_iterated() -> None:
 )
 def test_len_matches_iteration(n: int, batch_size: int, drop_last: bool) -> None:
     images, labels = dataset(n)
-    batches = DeviceBatches(images, labels, batch_size, shuffle=True, augment=True, drop_last=drop_last)
+    batches = DeviceBatches(
+        images, labels, batch_size, shuffle=True, augment=True, drop_last=drop_last, stats=CIFAR10_STATS
+    )
     sizes = [len(y) for _, y in batches]
     assert len(sizes) == len(batches)
     if drop_last:
@@ -116,7 +121,16 @@ def test_training_shards_are_equal_and_disjoint(n: int, world_size: int) -> None
     shards = []
     for rank in range(world_size):
         batches = DeviceBatches(
-            images, labels, 8, shuffle=True, augment=False, seed=7, drop_last=True, rank=rank, world_size=world_size
+            images,
+            labels,
+            8,
+            shuffle=True,
+            augment=False,
+            seed=7,
+            drop_last=True,
+            rank=rank,
+            world_size=world_size,
+            stats=CIFAR10_STATS,
         )
         batches.set_epoch(2)
         shards.append(visited(batches))
@@ -132,7 +146,9 @@ def test_evaluation_shards_visit_every_sample_exactly_once(n: int, world_size: i
     images, labels = dataset(n)
     shards = []
     for rank in range(world_size):
-        batches = DeviceBatches(images, labels, 16, shuffle=False, augment=False, rank=rank, world_size=world_size)
+        batches = DeviceBatches(
+            images, labels, 16, shuffle=False, augment=False, rank=rank, world_size=world_size, stats=CIFAR10_STATS
+        )
         shards.append(visited(batches))
         assert len(list(batches)) == len(batches)
     assert sorted(i for shard in shards for i in shard) == list(range(n))
@@ -142,17 +158,17 @@ def test_evaluation_shards_visit_every_sample_exactly_once(n: int, world_size: i
 def test_rejects_wrong_inputs() -> None:
     images, labels = dataset(4)
     with pytest.raises(ValueError):
-        DeviceBatches(images.float(), labels, 2, shuffle=False, augment=False)
+        DeviceBatches(images.float(), labels, 2, shuffle=False, augment=False, stats=CIFAR10_STATS)
     with pytest.raises(ValueError):
-        DeviceBatches(images, labels[:3], 2, shuffle=False, augment=False)
+        DeviceBatches(images, labels[:3], 2, shuffle=False, augment=False, stats=CIFAR10_STATS)
     with pytest.raises(ValueError):
-        DeviceBatches(images, labels, 2, shuffle=False, augment=False, rank=2, world_size=2)
+        DeviceBatches(images, labels, 2, shuffle=False, augment=False, rank=2, world_size=2, stats=CIFAR10_STATS)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_cuda_batches_stay_on_device_without_host_syncs_per_batch() -> None:
     images, labels = dataset(1000, "cuda")
-    batches = DeviceBatches(images, labels, 64, shuffle=True, augment=True)
+    batches = DeviceBatches(images, labels, 64, shuffle=True, augment=True, stats=CIFAR10_STATS)
     list(batches)  # warm-up: one-off constants are copied to the device once
     iterator = iter(batches)
     out = [next(iterator)]  # the epoch's permutation is drawn here, once per epoch
@@ -171,7 +187,7 @@ def test_lightnings_set_epoch_protocol_reaches_an_iterator_made_before_it() -> N
     from lightning.fabric.utilities.data import _set_sampler_epoch
 
     images, labels = dataset(40)
-    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=3)
+    batches = DeviceBatches(images, labels, 8, shuffle=True, augment=True, seed=3, stats=CIFAR10_STATS)
     expected = list(zip(*[iter(batches.indices(5).tolist())] * 8))  # epoch 5's batches of 8 indices
     iterator = iter(batches)  # as Lightning's fit loop does before set_epoch when it resumes
     _set_sampler_epoch(batches, 5)
@@ -199,7 +215,7 @@ def test_stream_seeds_are_the_documented_63_bit_hash_so_a_seed_replays_in_every_
 
 def test_an_epochs_order_is_the_seeds_order_stream_and_no_other() -> None:
     images, labels = torch.zeros(20, 3, 4, 4, dtype=torch.uint8), torch.arange(20)
-    batches = DeviceBatches(images, labels, 5, shuffle=True, augment=False, seed=9)
+    batches = DeviceBatches(images, labels, 5, shuffle=True, augment=False, seed=9, stats=CIFAR10_STATS)
     expected = torch.randperm(20, generator=torch.Generator().manual_seed(stream_seed(9, 2, "order")))
     assert torch.equal(batches.indices(2), expected)
     assert not torch.equal(batches.indices(3), expected)
@@ -217,12 +233,16 @@ def test_the_order_is_drawn_on_the_cpu_whatever_the_device_then_moved_there(monk
 
     monkeypatch.setattr(torch, "randperm", recorded)
     images = torch.zeros(20, 3, 4, 4, dtype=torch.uint8, device="meta")
-    batches = DeviceBatches(images, torch.zeros(20, dtype=torch.long, device="meta"), 5, shuffle=True, augment=False)
+    batches = DeviceBatches(
+        images, torch.zeros(20, dtype=torch.long, device="meta"), 5, shuffle=True, augment=False, stats=CIFAR10_STATS
+    )
     assert batches.indices(2).device.type == "meta" and drawn == [("cpu", None)]
 
 
 def test_defaults_are_the_recipes_crop_flip_and_seed() -> None:
-    batches = DeviceBatches(torch.zeros(4, 3, 4, 4, dtype=torch.uint8), torch.arange(4), 2, shuffle=False, augment=True)
+    batches = DeviceBatches(
+        torch.zeros(4, 3, 4, 4, dtype=torch.uint8), torch.arange(4), 2, shuffle=False, augment=True, stats=CIFAR10_STATS
+    )
     assert (batches.crop_padding, batches.flip, batches.seed, batches.drop_last) == (4, True, 0, False)
 
 
@@ -231,7 +251,18 @@ def test_two_ranks_share_an_odd_split(drop_last: bool, shares: list[int]) -> Non
     """Training cuts 11 images to 10, 5 per rank; evaluation visits all 11, one rank taking the odd one."""
     images, labels = torch.zeros(11, 3, 4, 4, dtype=torch.uint8), torch.arange(11)
     ranks = [
-        DeviceBatches(images, labels, 2, shuffle=True, augment=False, seed=4, drop_last=drop_last, rank=r, world_size=2)
+        DeviceBatches(
+            images,
+            labels,
+            2,
+            shuffle=True,
+            augment=False,
+            seed=4,
+            drop_last=drop_last,
+            rank=r,
+            world_size=2,
+            stats=CIFAR10_STATS,
+        )
         for r in (0, 1)
     ]
     seen = [batches.indices(1) for batches in ranks]

@@ -285,7 +285,7 @@ def test_layer_one_is_the_same_layer_in_done_json_layers_csv_and_the_report(tmp_
 
     from vitladder.analysis.outputs import done_scalars
     from vitladder.analysis.probes import Context, run_probes
-    from vitladder.data.augment import CIFAR10_STATS
+    from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
     from vitladder.model import ViTConfig, build_vit
 
     one_layer = build_vit(ViTConfig(patch_size=8, embed_dim=24, depth=1))  # "layer 1" is its only layer

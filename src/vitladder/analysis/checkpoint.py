@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from vitladder.analysis.outputs import history_rows
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.data.stats import ChannelStats
 from vitladder.errors import CheckpointError, UserError
 from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
@@ -39,8 +39,8 @@ class LoadedModel:
     classes: tuple[str, ...] | None = None
     history: list[dict] = field(default_factory=list)  # the callback's tracked values (Lightning only)
     # What its inputs are normalised with. A file from before the statistics travelled with the model has
-    # none: every source was then normalised with CIFAR-10's.
-    stats: ChannelStats = CIFAR10_STATS
+    # none: every source was then normalised with CIFAR-10's (_stats).
+    stats: ChannelStats = field(kw_only=True)
 
 
 def find_checkpoint(path: str | Path) -> Path:

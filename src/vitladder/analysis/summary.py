@@ -25,7 +25,7 @@ from vitladder.analysis.metrics import (
     grid_from_tokens,
     mean_attention_distance,
 )
-from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats
 
 __all__ = [
@@ -131,7 +131,7 @@ def analyse(
     images_u8: Tensor,
     batch_size: int,
     patch_px: int,
-    stats: ChannelStats = CIFAR10_STATS,
+    stats: ChannelStats,
 ) -> AttentionSummary:
     """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, H, W)`` uint8, normalised here with the
     statistics the model was trained with (``stats``). The model's train/eval mode is restored; a compiled

@@ -12,11 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
-
-# What every model was normalised with before the statistics travelled with it (see data/stats.py).
-CIFAR10_MEAN, CIFAR10_STD = CIFAR10_STATS.mean, CIFAR10_STATS.std
-
 
 def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:
     """Zero-pad by ``padding`` then crop back to (H, W), each image at its own offset in [0, 2*padding]."""
@@ -41,12 +36,9 @@ def random_flip(images: Tensor, generator: torch.Generator) -> Tensor:
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 
-def normalize(
-    images_u8: Tensor,
-    mean: tuple[float, ...] = CIFAR10_MEAN,
-    std: tuple[float, ...] = CIFAR10_STD,
-) -> Tensor:
-    """(B, C, H, W) uint8 in [0, 255] -> float32 ``(x / 255 - mean) / std`` per channel."""
+def normalize(images_u8: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> Tensor:
+    """(B, C, H, W) uint8 in [0, 255] -> float32 ``(x / 255 - mean) / std`` per channel, with the statistics of
+    the run (data/stats.py): there is no default."""
     if images_u8.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images, got {images_u8.dtype}")
     scale, shift = _cached_affine(tuple(mean), tuple(std), images_u8.device)

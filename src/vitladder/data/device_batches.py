@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from vitladder.data.augment import CIFAR10_STATS, normalize, random_crop, random_flip
+from vitladder.data.augment import normalize, random_crop, random_flip
 from vitladder.data.stats import ChannelStats
 
 
@@ -62,7 +62,7 @@ class DeviceBatches:
         drop_last: bool = False,
         rank: int = 0,
         world_size: int = 1,
-        stats: ChannelStats = CIFAR10_STATS,
+        stats: ChannelStats,
     ) -> None:
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"images must be (N, C, H, W) uint8, got {tuple(images.shape)} {images.dtype}")

@@ -27,7 +27,7 @@ from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_conf
 from vitladder.analysis.metrics import attention_rollout
 from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.atomic import write_text
-from vitladder.data.augment import CIFAR10_STATS, normalize
+from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats
 from vitladder.demo.pack import (
     DATA_FORMAT,
@@ -56,9 +56,7 @@ def default_out_dir(meta: LoadedModel) -> Path:
 
 
 @torch.no_grad()
-def attention_payload(
-    model: torch.nn.Module, images_u8: Tensor, labels: Tensor, stats: ChannelStats = CIFAR10_STATS
-) -> list[dict]:
+def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor, stats: ChannelStats) -> list[dict]:
     """Per image: pixels, label, prediction and quantised attention of every layer and head.
 
     ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query

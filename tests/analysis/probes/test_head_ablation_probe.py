@@ -10,7 +10,7 @@ import torch
 
 from vitladder.analysis.probes import Context, head_ablation, run_probes
 from vitladder.analysis.summary import analyse
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 
 
@@ -27,7 +27,7 @@ def test_every_ablation_with_each_heads_distance_the_figures_and_the_numbers() -
     model, images, result = run({"draws": 2, "resamples": 50})
     rows = result.tables["ablation"]
     assert len(rows) == 2 * (42 + 2 * 7 + 2 * (1 + 2 + 1))  # per mode: heads, layer halves, k = 3 and 6 groups
-    distance = analyse(model, images, 4, 8).heads["distance_px"]  # (L, H)
+    distance = analyse(model, images, 4, 8, stats=CIFAR10_STATS).heads["distance_px"]  # (L, H)
     heads = [r for r in rows if r["group"] == "head" and r["mode"] == "mean"]
     assert [r["distance_px"] for r in heads] == pytest.approx(distance.flatten().tolist())
     assert all(r["distance_px"] is None for r in rows if r["group"] != "head")

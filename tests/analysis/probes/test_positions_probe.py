@@ -7,7 +7,7 @@ import torch
 from timm.layers import build_sincos2d_pos_embed
 
 from vitladder.analysis.probes import Context, run_probes, track_probes
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 
 

@@ -13,7 +13,7 @@ from tiny_data import tiny_data
 from vitladder.analysis import probes
 from vitladder.analysis.probes import Context, Result, probe_names, run_probes, track_probes
 from vitladder.config import compose_rung
-from vitladder.data.augment import CIFAR10_STATS
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
 

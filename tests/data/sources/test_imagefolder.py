@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitladder.data.augment import CIFAR10_MEAN
 from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits, imagefolder
+from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.data.sources.imagefolder import load_image_folder
 from vitladder.errors import DataError
 
@@ -250,4 +250,4 @@ def test_real_cifar10_jpeg_archive(cifar10_jpeg: ImageSplits) -> None:
     assert s.test_labels.bincount().tolist() == [1000] * 10
     # Channel means match the published CIFAR-10 statistics: decoding and RGB order are right.
     mean = s.train_images[::10].float().mean((0, 2, 3)) / 255
-    assert torch.allclose(mean, torch.tensor(CIFAR10_MEAN), atol=0.01)
+    assert torch.allclose(mean, torch.tensor(CIFAR10_STATS.mean), atol=0.01)
