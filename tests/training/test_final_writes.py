@@ -143,6 +143,7 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
         "rung",
         "ladder",
         "seed",
+        "model",
         "epochs",
         "epochs_planned",
         "steps",
