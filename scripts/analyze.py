@@ -2,11 +2,11 @@
 
     python scripts/analyze.py outputs/full/warmup                      # a run folder
     python scripts/analyze.py outputs/full/warmup/checkpoints/last.ckpt --images 200
-    python scripts/analyze.py model.pt --out /tmp/analysis data.root=/elsewhere/cifar10-jpeg.tar.xz
+    python scripts/analyze.py model.safetensors --out /tmp/analysis data.root=/elsewhere/cifar10-jpeg.tar.xz
 
 The test images are the run's own: its config.yaml rebuilds the same test split, and the
 first N of them are analysed. ``key=value`` overrides change that config (e.g. where the data
-now lives); a model.pt outside any run folder composes its rung's config with them instead.
+now lives); a model file outside any run folder composes its rung's config with them instead.
 It runs the probes of the run's ``analysis.probes`` (``analysis.probes=[...]`` chooses others). A run
 folder's own analysis/ (the default --out) also updates the probes' numbers in its done.json, which the
 ladder report reads, and reaches the rung's W&B run: it is continued by its stored id (wandb_run_id.txt)
@@ -26,7 +26,7 @@ from vitladder.cli import reports_user_errors
 @reports_user_errors
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=Path, help="a run folder, a model.pt or a Lightning .ckpt")
+    parser.add_argument("checkpoint", type=Path, help="a run folder, model.safetensors or .pt, or a Lightning .ckpt")
     parser.add_argument(
         "--images", type=int, default=None, help="the first N test images (default: analysis.num_images)"
     )

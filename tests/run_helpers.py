@@ -20,6 +20,7 @@ from vitladder.data.datamodule import ImageDataModule, split_train_val_test
 from vitladder.data.stats import ChannelStats
 from vitladder.model import ViTConfig, build_vit
 from vitladder.run_folder import RunPaths
+from vitladder.safe_load import load_checkpoint_file
 
 
 def fit(cfg, module: L.LightningModule, callbacks=(), **trainer_kwargs) -> L.Trainer:
@@ -52,18 +53,22 @@ def module_for(cfg):
     return build_module(cfg, set_up_data(cfg))
 
 
+def saved_file(run_dir: Path) -> dict:
+    """A finished run's model.safetensors: its header's entries and its ``state_dict``."""
+    return load_checkpoint_file(RunPaths(run_dir).model, "")
+
+
 def saved_model(run_dir: Path) -> nn.Module:
-    """A finished run's model.pt, read weights-only, as a ViT in eval mode."""
-    saved = torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)
+    """A finished run's model.safetensors as a ViT in eval mode."""
+    saved = saved_file(run_dir)
     model = build_vit(ViTConfig(**saved["vit_config"])).eval()
     model.load_state_dict(saved["state_dict"])
     return model
 
 
 def saved_inputs(run_dir: Path, images_u8: torch.Tensor) -> torch.Tensor:
-    """``images_u8`` normalised as the finished run's model.pt says its model was trained."""
-    saved = torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)
-    stats = ChannelStats.from_dict(saved["normalization"])
+    """``images_u8`` normalised as the finished run's model says its model was trained."""
+    stats = ChannelStats.from_dict(saved_file(run_dir)["normalization"])
     return normalize(images_u8, stats.mean, stats.std)  # (N, 3, S, S) float
 
 

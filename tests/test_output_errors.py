@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from vitladder.atomic import atomic_path, remove_leftovers, save_torch, write_text
+from vitladder.atomic import atomic_path, remove_leftovers, save_safetensors, save_torch, write_text
 from vitladder.cli import reports_user_errors
 from vitladder.errors import describe_os_error
 
@@ -24,9 +24,10 @@ def test_outputs_get_the_umasks_mode(tmp_path, umask):
     try:
         write_text(tmp_path / "a.txt", "a")
         save_torch({"x": torch.zeros(2)}, tmp_path / "b.pt")
+        save_safetensors({"x": torch.zeros(2)}, {"rung": "warmup"}, tmp_path / "c.safetensors")
     finally:
         os.umask(previous)
-    for name in ("a.txt", "b.pt"):
+    for name in ("a.txt", "b.pt", "c.safetensors"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name
 
 

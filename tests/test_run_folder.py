@@ -10,6 +10,7 @@ import pytest
 from vitladder.run_folder import (
     RunPaths,
     checkpoint_of,
+    final_model,
     is_finished,
     parse_run_name,
     read_summary,
@@ -44,6 +45,7 @@ def test_the_layout(tmp_path):
             "checkpoints",
             "last_ckpt",
             "model",
+            "model_pt",
             "analysis",
             "layers_csv",
             "done",
@@ -55,7 +57,8 @@ def test_the_layout(tmp_path):
         "metrics_csv": "metrics.csv",
         "checkpoints": "checkpoints",
         "last_ckpt": "checkpoints/last.ckpt",
-        "model": "checkpoints/model.pt",
+        "model": "checkpoints/model.safetensors",
+        "model_pt": "checkpoints/model.pt",
         "analysis": "analysis",
         "layers_csv": "analysis/layers.csv",
         "done": "done.json",
@@ -74,14 +77,16 @@ def test_finished_means_done_json_and_nothing_else(tmp_path):
     assert is_finished(tmp_path) and read_summary(tmp_path) == {"test_acc": 0.5}
 
 
-def test_the_checkpoint_of_a_folder_is_model_pt_else_last_ckpt(tmp_path):
+def test_the_checkpoint_of_a_folder_is_the_final_model_else_last_ckpt(tmp_path):
     paths = RunPaths(tmp_path)
     assert checkpoint_of(tmp_path) is None
     paths.checkpoints.mkdir()
     paths.last_ckpt.write_bytes(b"last")
-    assert checkpoint_of(tmp_path) == paths.last_ckpt
+    assert checkpoint_of(tmp_path) == paths.last_ckpt and final_model(tmp_path) is None
+    paths.model_pt.write_bytes(b"an older version's model")
+    assert checkpoint_of(tmp_path) == final_model(tmp_path) == paths.model_pt
     paths.model.write_bytes(b"model")
-    assert checkpoint_of(tmp_path) == paths.model
+    assert checkpoint_of(tmp_path) == final_model(tmp_path) == paths.model
 
 
 def test_a_checkpoint_belongs_to_the_run_folder_that_holds_its_config(tmp_path):

@@ -1,13 +1,16 @@
-"""Checkpoints from anyone: never unpickled into code, and their network shape bounded before it is built."""
+"""Checkpoints from anyone: never unpickled into code, a damaged or hostile safetensors file one line, and their
+network shape bounded before it is built."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from vitladder.analysis.checkpoint import load_model
+from vitladder.atomic import save_safetensors
 from vitladder.errors import CheckpointError
 from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
 from vitladder.safe_load import load_checkpoint_file
@@ -37,6 +40,46 @@ def test_the_projects_own_model_loads_weights_only(tmp_path):
     torch.save(own_model(config), tmp_path / "model.pt")
     model, meta = load_model(tmp_path / "model.pt")
     assert meta.vit_config == config and meta.rung == "patch4"
+
+
+def by_hand(header: dict, data: bytes = b"") -> bytes:
+    """A safetensors file written by hand: its JSON header's length (8 bytes, little-endian), the header, the data."""
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+OWN = {"format": "vitladder-model/1", "vit_config": ViTConfig(embed_dim=48).to_dict(), "rung": "patch4"}
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"", "not a readable checkpoint"),
+        (b"\xff" * 8 + b"{}", "not a readable checkpoint"),  # a header of 16 EiB
+        (by_hand({})[:8] + b"{not json", "not a readable checkpoint"),
+        (by_hand({"w": {"dtype": "F32", "shape": [10**9], "data_offsets": [0, 4 * 10**9]}}), "not a readable"),
+        (by_hand({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4), "not a readable"),
+        (by_hand({"__metadata__": {"format": "{"}}), "not a readable checkpoint"),  # a value that is no JSON
+        (by_hand({"__metadata__": {"format": 1}}), "not a readable checkpoint"),  # metadata that is no strings
+        (by_hand({"__metadata__": {k: json.dumps(v) for k, v in OWN.items()}}), "does not hold this project's ViT"),
+        (by_hand({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4), "no vitladder-model/1"),
+    ],
+)
+def test_a_damaged_or_hostile_safetensors_file_is_one_line(tmp_path, content, needle):
+    (tmp_path / "model.safetensors").write_bytes(content)
+    with pytest.raises(CheckpointError) as error:
+        load_model(tmp_path / "model.safetensors")
+    assert str(error.value).startswith(f"{tmp_path / 'model.safetensors'}: ") and "\n" not in str(error.value)
+    assert needle in str(error.value), str(error.value)
+
+
+def test_a_safetensors_models_network_shape_is_bounded_before_it_is_built(tmp_path):
+    own = build_vit(ViTConfig(embed_dim=48)).state_dict()
+    save_safetensors(own, {**OWN, "vit_config": {**OWN["vit_config"], "depth": 10**6}}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"not a model this project can load \(depth=1000000 is outside"):
+        load_model(tmp_path / "model.safetensors")
+    save_safetensors(own, OWN, tmp_path / "model.safetensors")
+    assert load_model(tmp_path / "model.safetensors")[1].vit_config == ViTConfig(embed_dim=48)
 
 
 @pytest.mark.parametrize(

@@ -94,3 +94,12 @@ def save_torch(obj: Any, path: str | Path) -> None:
 
     with atomic_path(path) as tmp, tmp.open("wb") as file:
         torch.save(obj, file)
+
+
+def save_safetensors(tensors: dict, metadata: dict[str, Any], path: str | Path) -> None:
+    """A safetensors file whose header holds ``metadata``, each value as JSON (safe_load.load_checkpoint_file reads
+    it back); written through a Python file, so that a full disk is an OSError naming `path`."""
+    from safetensors.torch import save
+
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(save(tensors, {key: json.dumps(value) for key, value in metadata.items()}))

@@ -6,7 +6,8 @@
         provenance.json                       what made it: versions, and every key's default then
         metrics.csv                           per-epoch metrics and per-step lr
         checkpoints/last.ckpt                 Lightning's resumable state
-        checkpoints/model.pt                  the final model (MODEL_FORMAT), loadable without Lightning
+        checkpoints/model.safetensors         the final model, loadable without Lightning (MODEL_FORMAT; a run
+                                              of an older version wrote checkpoints/model.pt, still read)
         analysis/<table>.csv, <figure>.png   each probe's (analysis.probes): heads.csv, layers.csv, ...
         done.json                             written last: its presence means the rung is finished
 
@@ -25,6 +26,7 @@ __all__ = [
     "MODEL_FORMAT",
     "RunPaths",
     "checkpoint_of",
+    "final_model",
     "is_finished",
     "parse_run_name",
     "read_summary",
@@ -33,7 +35,7 @@ __all__ = [
     "seed_suffix",
 ]
 
-MODEL_FORMAT = "vitladder-model/1"  # the "format" entry of model.pt; bump it when its keys change
+MODEL_FORMAT = "vitladder-model/1"  # the final model's "format" entry; bump it when its keys change
 LAYERS_CSV = "layers.csv"  # the attention probe's table the ladder report draws its by-layer figures from
 
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
@@ -87,6 +89,10 @@ class RunPaths:
 
     @property
     def model(self) -> Path:
+        return self.checkpoints / "model.safetensors"
+
+    @property
+    def model_pt(self) -> Path:  # the final model as a torch file, written by versions before model.safetensors
         return self.checkpoints / "model.pt"
 
     @property
@@ -103,7 +109,7 @@ class RunPaths:
 
 
 def is_finished(run_dir: str | Path) -> bool:
-    """A rung is finished once its done.json exists (written last, after model.pt and the analysis)."""
+    """A rung is finished once its done.json exists (written last, after the model and the analysis)."""
     return RunPaths(Path(run_dir)).done.is_file()
 
 
@@ -112,10 +118,16 @@ def read_summary(run_dir: str | Path) -> dict:
     return json.loads(RunPaths(Path(run_dir)).done.read_text())
 
 
-def checkpoint_of(path: str | Path) -> Path | None:
-    """The checkpoint of a run folder: model.pt when the rung finished, else last.ckpt; None if neither."""
+def final_model(path: str | Path) -> Path | None:
+    """A finished run folder's model: model.safetensors, else an older version's model.pt; None if neither."""
     paths = RunPaths(Path(path))
-    return next((ckpt for ckpt in (paths.model, paths.last_ckpt) if ckpt.is_file()), None)
+    return next((model for model in (paths.model, paths.model_pt) if model.is_file()), None)
+
+
+def checkpoint_of(path: str | Path) -> Path | None:
+    """The checkpoint of a run folder: its final model when the rung finished, else last.ckpt; None if neither."""
+    last = RunPaths(Path(path)).last_ckpt
+    return final_model(path) or (last if last.is_file() else None)
 
 
 def run_folder_of(checkpoint: Path) -> Path | None:

@@ -1,18 +1,20 @@
 """Read a checkpoint someone may have handed in, without ever running code from it.
 
-`torch.load(weights_only=True)` unpickles tensors and plain data (dicts, lists, numbers, strings)
-only: a file that names any other Python object is refused before the object is built. Every
-checkpoint this project writes (model.pt, Lightning's last.ckpt with its RNG streams, callback
-state and hyperparameters) is made of such data, so it loads this way.
+The final model is a safetensors file: tensors and a header of strings, no pickle at all, the header's size
+bounded by the library. Lightning's last.ckpt (and the model.pt of older versions) is read with
+`torch.load(weights_only=True)`, which unpickles tensors and plain data (dicts, lists, numbers, strings) only:
+a file that names any other Python object is refused before the object is built.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from vitladder.errors import CheckpointError
 
@@ -25,15 +27,20 @@ def _first_line(error: Exception) -> str:
 def load_checkpoint_file(path: str | Path, what_to_do: str) -> Any:
     """The checkpoint at ``path`` on the CPU, or a one-line CheckpointError ending in ``what_to_do``."""
     try:
+        if Path(path).suffix == ".safetensors":  # as the dict a model.pt held: the header's entries, the tensors
+            with safe_open(str(path), framework="pt") as file:
+                metadata = {key: json.loads(value) for key, value in (file.metadata() or {}).items()}
+                return {**metadata, "state_dict": {key: file.get_tensor(key) for key in file.keys()}}
         with warnings.catch_warnings():  # e.g. torch's note on an unusual pickle protocol: not the user's concern
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises several types for damaged or foreign files
+    except Exception as error:  # torch and safetensors raise several types for damaged or foreign files
         if "unsupported global" in str(error).lower():  # a Python object that is not plain data: refused, not run
             raise CheckpointError(
                 f"{path}: refused, it holds Python objects other than tensors and plain data (loading them could "
                 f"run code); {what_to_do}"
             ) from None
         raise CheckpointError(
-            f"{path}: not a readable checkpoint, truncated or not a torch file ({_first_line(error)}); {what_to_do}"
+            f"{path}: not a readable checkpoint, truncated or not a torch or safetensors file "
+            f"({_first_line(error)}); {what_to_do}"
         ) from None

@@ -15,6 +15,8 @@ from entry_points import load_script
 from vitladder.analysis.checkpoint import load_model
 from vitladder.analysis.outputs import read_csv
 from vitladder.errors import CheckpointError
+from vitladder.run_folder import RunPaths
+from vitladder.safe_load import load_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,14 +64,24 @@ def test_lightning_checkpoint_and_compiled_keys(fitted_run, tmp_path: Path) -> N
     ckpt["state_dict"] = {k.replace("model.", "model._orig_mod.", 1): v for k, v in ckpt["state_dict"].items()}
     torch.save(ckpt, run / "checkpoints" / "compiled.ckpt")
     model, meta = load_model(run / "checkpoints" / "compiled.ckpt")
-    assert meta.kind == "lightning" and meta.run_dir == run
+    assert meta.history and meta.run_dir == run  # read as a Lightning checkpoint: its tracked history came along
     out = load_script("analyze").main([str(run / "checkpoints" / "compiled.ckpt"), "--out", str(tmp_path / "compiled")])
     assert torch.allclose(head_values(out), reference, atol=1e-4)
 
 
-def test_model_pt_outside_its_run_folder(fitted_run, tmp_path: Path) -> None:
-    lonely = tmp_path / "model.pt"
-    shutil.copy(fitted_run.run_dir / "checkpoints" / "model.pt", lonely)
+def test_a_run_folder_of_an_older_version_with_model_pt(fitted_run, tmp_path: Path) -> None:
+    run = copy_run(fitted_run, tmp_path)
+    paths = RunPaths(run)
+    torch.save(load_checkpoint_file(paths.model, ""), paths.model_pt)  # the dict the older versions saved
+    paths.model.unlink()
+    assert load_model(run)[1].path == paths.model_pt
+    out = load_script("analyze").main([str(run), "--out", str(tmp_path / "old")])
+    assert torch.allclose(head_values(out), head_values(fitted_run.run_dir / "analysis"), atol=1e-4)
+
+
+def test_a_model_file_outside_its_run_folder(fitted_run, tmp_path: Path) -> None:
+    lonely = tmp_path / "model.safetensors"
+    shutil.copy(RunPaths(fitted_run.run_dir).model, lonely)
     _, meta = load_model(lonely)
     assert meta.run_dir is None and meta.rung == "patch4" and len(meta.classes) == 10
     # no config.yaml beside it: the rung's config is composed with the same overrides
@@ -88,13 +100,13 @@ def one_line_error(capsys, argv: list[str]) -> str:
 
 
 def test_truncated_and_missing_checkpoints(fitted_run, tmp_path: Path, capsys) -> None:
-    truncated = tmp_path / "model.pt"
-    data = (fitted_run.run_dir / "checkpoints" / "model.pt").read_bytes()
+    truncated = tmp_path / "model.safetensors"
+    data = RunPaths(fitted_run.run_dir).model.read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
     assert str(truncated) in one_line_error(capsys, [str(truncated)])
     assert "no such checkpoint" in one_line_error(capsys, [str(tmp_path / "nope.ckpt")])
     (tmp_path / "empty_run").mkdir()
-    assert "no checkpoints/model.pt" in one_line_error(capsys, [str(tmp_path / "empty_run")])
+    assert "no checkpoints/model.safetensors" in one_line_error(capsys, [str(tmp_path / "empty_run")])
     torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
     assert "not a checkpoint this project wrote" in one_line_error(capsys, [str(tmp_path / "other.pt")])
     with pytest.raises(CheckpointError):
@@ -114,14 +126,15 @@ def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(garbage) in lines[0]
-    assert lines[0].endswith("give a run folder or its checkpoints/model.pt"), lines[0]  # what to do, not cut off
+    assert lines[0].endswith("give a run folder or its checkpoints/model.safetensors"), lines[0]  # not cut off
 
 
 @pytest.mark.parametrize("name", ["model.pt", "last.ckpt"])
 def test_a_checkpoint_with_a_pickle_payload_runs_nothing(
     fitted_run, tmp_path: Path, capsys, payload_checkpoint, name: str
 ) -> None:
-    real = torch.load(fitted_run.run_dir / "checkpoints" / name, map_location="cpu", weights_only=True)
+    saved = {"model.pt": "model.safetensors"}.get(name, name)  # model.pt: an older version's, the same entries
+    real = load_checkpoint_file(fitted_run.run_dir / "checkpoints" / saved, "")
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copy(fitted_run.run_dir / "config.yaml", run / "config.yaml")

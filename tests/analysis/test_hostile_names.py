@@ -14,6 +14,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from PIL import Image
+from run_helpers import saved_file
 
 from vitladder.analysis import figures
 from vitladder.analysis.probes import Context, cls_attention, run_probes
@@ -132,7 +133,7 @@ def test_a_run_on_class_folders_named_like_maths_and_markup_finishes(
     paths = RunPaths(Path(cfg.run_dir))
     assert paths.model.is_file() and paths.done.is_file() and summary["epochs"] == 1
     assert (paths.root / "analysis" / "cls_attention.png").is_file()
-    assert torch.load(paths.model, map_location="cpu", weights_only=True)["classes"] == list(names)
+    assert saved_file(paths.root)["classes"] == list(names)
 
     index = export_demo(paths.root, num_images=4)
     data_js = (index.parent / "data.js").read_text()

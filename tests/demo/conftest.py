@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from tiny_data import tiny_data
 
+from vitladder.atomic import save_safetensors
 from vitladder.config import compose_rung
 from vitladder.model import ViTConfig, build_vit
 
@@ -45,25 +46,28 @@ def random_vit(patch_size: int = 4, sharpen: float = 8.0) -> torch.nn.Module:
     return model.eval()
 
 
-def write_run(root: Path, rung: str = "patch4", patch_size: int = 4, done: bool = True) -> Path:
-    """A run folder as train_rung writes it: config.yaml, checkpoints/model.pt, done.json."""
+def write_run(
+    root: Path, rung: str = "patch4", patch_size: int = 4, done: bool = True, classes=None, model_pt: bool = False
+) -> Path:
+    """A run folder as train_rung writes it: config.yaml, checkpoints/model.safetensors, done.json; with
+    ``model_pt``, checkpoints/model.pt instead, as versions before model.safetensors wrote it (torch.save)."""
     cfg = compose_rung(rung, [*TINY_DATA, f"output_root={root}", f"model.patch_size={patch_size}"])
     run_dir = Path(cfg.run_dir)
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model = random_vit(patch_size)
-    torch.save(
-        {
-            "format": "vitladder-model/1",
-            "vit_config": ViTConfig(patch_size=patch_size, embed_dim=48).to_dict(),
-            "state_dict": model.state_dict(),
-            "classes": [f"class{i}" for i in range(10)],
-            "normalization": NORMALIZATION,  # far from CIFAR-10's: a demo that ignored it would differ
-            "rung": rung,
-            "ladder": str(cfg.ladder),
-        },
-        run_dir / "checkpoints" / "model.pt",
-    )
+    header = {
+        "format": "vitladder-model/1",
+        "vit_config": ViTConfig(patch_size=patch_size, embed_dim=48).to_dict(),
+        "classes": classes or [f"class{i}" for i in range(10)],
+        "normalization": NORMALIZATION,  # far from CIFAR-10's: a demo that ignored it would differ
+        "rung": rung,
+        "ladder": str(cfg.ladder),
+    }
+    if model_pt:
+        torch.save({**header, "state_dict": model.state_dict()}, run_dir / "checkpoints" / "model.pt")
+    else:
+        save_safetensors(model.state_dict(), header, run_dir / "checkpoints" / "model.safetensors")
     if done:
         (run_dir / "done.json").write_text(json.dumps({"rung": rung, "test_acc": TEST_ACC, "val_acc": 0.4}))
     return run_dir
@@ -77,7 +81,8 @@ def tiny_data() -> list[str]:
 
 @pytest.fixture(scope="session")
 def make_run():
-    """``make_run(root, rung=..., patch_size=..., done=...)``: write_run for tests that need another run."""
+    """``make_run(root, rung=..., patch_size=..., done=..., classes=..., model_pt=...)``: write_run for tests that
+    need another run."""
     return write_run
 
 

@@ -1,4 +1,5 @@
-"""export_demo on a run folder and on a bare model.pt: the files, and numbers that match the model."""
+"""export_demo on a run folder (and one of an older version, with model.pt) and on a bare model.safetensors: the
+files, and numbers that match the model."""
 
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ def test_exported_position_similarity_is_the_models(demo_run: Path, demo_index: 
     assert len(position["similarity"]) == 4 * -(-N * N // 3)  # N x N bytes in base64, whatever the images
 
 
-def test_export_of_a_bare_model_pt_and_patch_8(make_run, tiny_data: list[str], tmp_path: Path) -> None:
+def test_export_of_a_bare_model_file_and_patch_8(make_run, tiny_data: list[str], tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs", rung="patch8", patch_size=8, done=False)
-    model_pt = tmp_path / "model.pt"
-    (run / "checkpoints" / "model.pt").rename(model_pt)  # in no run folder: its rung's config is composed
-    index = export_demo(model_pt, num_images=3, overrides=[*tiny_data, "model.patch_size=8"])
+    model = tmp_path / "model.safetensors"
+    (run / "checkpoints" / "model.safetensors").rename(model)  # in no run folder: its rung's config is composed
+    index = export_demo(model, num_images=3, overrides=[*tiny_data, "model.patch_size=8"])
     assert index == tmp_path / "model-demo" / "index.html"
     data = read_data_js(index.parent / "data.js")
     assert (data["grid"], data["patch_size"], data["rung"], len(data["images"])) == (4, 8, "patch8", 3)
@@ -92,6 +93,13 @@ def test_export_of_a_bare_model_pt_and_patch_8(make_run, tiny_data: list[str], t
     codes = decode_array(data["images"][0]["attn"], "u1", (7, 7, 17, 16))
     assert (codes.max(axis=-1) == 255).all()
     assert (np.diag(decode_array(data["position"]["similarity"], "u1", (16, 16))) == 255).all()  # 4 x 4 grid
+
+
+def test_a_run_folder_of_an_older_version_exports_the_same_demo(make_run, demo_index: Path, tmp_path: Path) -> None:
+    old = make_run(tmp_path / "runs", model_pt=True)  # the same model, saved by torch.save as model.pt
+    ours = read_data_js(demo_index.parent / "data.js")
+    theirs = read_data_js(export_demo(old, num_images=len(ours["images"])).parent / "data.js")
+    assert theirs == {**ours, "checkpoint": "model.pt"}
 
 
 def test_script_writes_where_asked(demo_run: Path, tmp_path: Path, capsys) -> None:
@@ -138,7 +146,7 @@ def test_batches_do_not_change_the_numbers(demo_run: Path, demo_index: Path, tmp
 
 
 def test_a_checkpoint_with_a_pickle_payload_runs_nothing(make_run, tmp_path: Path, capsys, payload_checkpoint) -> None:
-    run = make_run(tmp_path / "outputs")
+    run = make_run(tmp_path / "outputs", model_pt=True)
     model_pt = run / "checkpoints" / "model.pt"
     marker = tmp_path / "payload-ran"
     payload_checkpoint(model_pt, marker, torch.load(model_pt, weights_only=True))

@@ -7,8 +7,6 @@ from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 
-import torch
-
 from vitladder.demo.export import export_demo
 from vitladder.demo.pack import read_data_js, render_data_js
 
@@ -70,11 +68,7 @@ def test_demo_js_writes_text_never_markup() -> None:
 
 
 def test_exported_names_are_the_checkpoints_as_text(make_run, tmp_path: Path) -> None:
-    run = make_run(tmp_path / "runs")
-    model_pt = run / "checkpoints" / "model.pt"
-    saved = torch.load(model_pt, map_location="cpu", weights_only=True)
-    saved["classes"] = HOSTILE
-    torch.save(saved, model_pt)
+    run = make_run(tmp_path / "runs", classes=HOSTILE)
     index = export_demo(run, num_images=2)
     text = (index.parent / "data.js").read_text()
     assert "<" not in text and ">" not in text
@@ -82,11 +76,7 @@ def test_exported_names_are_the_checkpoints_as_text(make_run, tmp_path: Path) ->
 
 
 def test_the_page_shows_hostile_names_as_text(browser, page_opener, make_run, tmp_path: Path) -> None:
-    run = make_run(tmp_path / "runs")
-    model_pt = run / "checkpoints" / "model.pt"
-    saved = torch.load(model_pt, map_location="cpu", weights_only=True)
-    saved["classes"] = HOSTILE
-    torch.save(saved, model_pt)
+    run = make_run(tmp_path / "runs", classes=HOSTILE)
     opened = page_opener(browser, export_demo(run, num_images=3).resolve().as_uri())
     page = opened.page
     try:

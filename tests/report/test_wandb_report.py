@@ -39,6 +39,23 @@ def test_the_report_run_lists_every_rungs_model_and_analysis_as_logged(smoke_lad
     assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic"
 
 
+def test_the_report_uses_model_safetensors_else_an_older_versions_model_pt(tmp_path: Path) -> None:
+    from vitladder.report.ladder_report import RungResult, RunRecord
+    from vitladder.report.wandb_run import rung_artifacts
+    from vitladder.run_folder import RunPaths
+
+    old, new = RunPaths(tmp_path / "patch8"), RunPaths(tmp_path / "patch4")
+    for paths, model in ((old, old.model_pt), (new, new.model)):
+        paths.checkpoints.mkdir(parents=True)
+        model.write_bytes(b"weights")
+    results = [RungResult(p.root.name, [RunRecord(p.root.name, 0, p.root, {})]) for p in (old, new)]
+    artifacts = rung_artifacts(results, "smoke")
+    assert [(a.name, list(a.manifest.entries)) for a in artifacts] == [
+        ("model-smoke-patch8-seed0", ["model.pt"]),
+        ("model-smoke-patch4-seed0", ["model.safetensors"]),
+    ]
+
+
 RUN_FIELDS = {"group": "run_group", "jobType": "job_type"}  # a run-set filter's run field -> the run record's
 
 

@@ -2,8 +2,8 @@
 
 Every output is written to a temporary name and renamed (vitladder.atomic); the order of those
 renames is the order in which files become visible. One rung lives through what a real one can:
-killed during its last epoch, resumed, the disk filling up while model.pt is written (a crash
-between model.pt and done.json must leave the rung unfinished), run again to the end, and run once
+killed during its last epoch, resumed, the disk filling up while model.safetensors is written (a crash
+between the model and done.json must leave the rung unfinished), run again to the end, and run once
 more (skipped). Along the way: the run's seed drives every random stream, and its folder holds the
 resolved config, each epoch's metrics once and one last.ckpt.
 """
@@ -21,7 +21,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
-from run_helpers import Crash, CrashAtEpoch
+from run_helpers import Crash, CrashAtEpoch, saved_file
 
 import vitladder.data.datamodule as datamodule_module
 from vitladder.analysis.probes import columns
@@ -92,7 +92,7 @@ def logged_epochs(metrics_csv: Path, key: str) -> list[str]:
         return sorted(float(row["epoch"]) for row in csv.DictReader(file) if row.get(key))
 
 
-def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them(
+def test_done_json_comes_last_and_after_the_model_also_after_a_crash_between_them(
     cfg, monkeypatch, wandb_run_reader
 ) -> None:
     paths = RunPaths(Path(cfg.run_dir))
@@ -109,9 +109,9 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     assert checkpoint_epoch(paths.last_ckpt) == 1 and not is_finished(paths.root)
     monkeypatch.setattr(run_module, "build_trainer", build_trainer)
 
-    record_renames(monkeypatch, paths.root, fail_on="model.pt")
+    record_renames(monkeypatch, paths.root, fail_on="model.safetensors")
     with pytest.raises(OSError, match="No space left"):
-        train_rung(cfg)  # resumes, trains epoch 1, tests and analyses; then saving model.pt fails
+        train_rung(cfg)  # resumes, trains epoch 1, tests and analyses; then saving the model fails
     assert not paths.model.exists()
     assert not paths.done.exists() and not is_finished(paths.root), "a rung whose model was never saved is finished"
     checkpoints = sorted(p.name for p in paths.checkpoints.iterdir() if not p.name.startswith("."))
@@ -126,12 +126,12 @@ def test_done_json_comes_last_and_after_model_pt_also_after_a_crash_between_them
     summary = train_rung(cfg)  # resumes from last.ckpt: nothing left to train; tests, analyses and saves
     assert renames[-1] == "done.json" and renames.count("done.json") == 1, renames
     assert not half_written.exists(), "a killed writer's temporary file outlived the run"
-    assert "checkpoints/model.pt" in renames
+    assert "checkpoints/model.safetensors" in renames
     assert {"analysis/heads.csv", "analysis/layers.csv"} <= set(renames)
     assert global_seeds == [1, 1, 1] and batch_seeds and set(batch_seeds) == {1}  # the run's seed drives its numbers
 
     # what the final files hold: the trained weights, and the summary of this very run
-    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
+    saved = saved_file(paths.root)
     last = torch.load(paths.last_ckpt, map_location="cpu", weights_only=True)["state_dict"]
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"])

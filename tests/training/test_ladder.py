@@ -251,5 +251,5 @@ def test_smoke_ladder_trains_every_rung(repo_root, tmp_path, child_env):
         run_dir = tmp_path / "smoke" / rung
         summary = json.loads((run_dir / "done.json").read_text())
         assert summary["rung"] == rung and summary["epochs"] == (2 if rung == "epochs200" else 1)
-        assert (run_dir / "checkpoints" / "model.pt").is_file() and (run_dir / "metrics.csv").is_file()
+        assert (run_dir / "checkpoints" / "model.safetensors").is_file() and (run_dir / "metrics.csv").is_file()
     print(f"smoke ladder: {elapsed:.0f} s")

@@ -1,6 +1,6 @@
 """A run's final writes (training/results.py), without training: what done.json says, where val_acc
-comes from, and the order in which model.pt, W&B and done.json are written (done.json last: its
-presence means finished).
+comes from, the order in which model.safetensors, W&B and done.json are written (done.json last: its
+presence means finished), and timm building and loading the saved model on its own.
 
 tests/training/test_final_writes.py follows the same writes through a real, resumed run; these are the
 fast checks `make mutation` runs against every change to the functions.
@@ -18,6 +18,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from omegaconf import OmegaConf
+from run_helpers import saved_file
+from safetensors import safe_open
+from timm.models import load_checkpoint
+from timm.models.vision_transformer import VisionTransformer
 
 from vitladder.analysis.outputs import done_scalars
 from vitladder.analysis.probes import Result
@@ -157,19 +161,19 @@ def tiny_module() -> SimpleNamespace:
 SUMMARY = {"rung": "warmup", "val_acc": 0.5, "test_acc": 0.25}
 
 
-def test_model_pt_then_wandb_then_done_json_last(tmp_path, events):
+def test_the_model_then_wandb_then_done_json_last(tmp_path, events):
     paths, module = RunPaths(tmp_path), tiny_module()
     logger = SimpleNamespace(experiment=FakeExperiment(events))
     write_results(module, paths, ("cat", "dog", "emu"), CFG, SUMMARY, logger)
     assert events == [
-        "checkpoints/model.pt",
+        "checkpoints/model.safetensors",
         "wandb summary [('test/acc', 0.25), ('val/acc', 0.5)]",
-        "artifacts model.pt warmup",
+        "artifacts model.safetensors warmup",
         "wandb finish",
         "done.json",
     ]
     assert is_finished(tmp_path) and read_summary(tmp_path) == SUMMARY
-    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
+    saved = saved_file(tmp_path)
     assert (saved["format"], saved["rung"], saved["ladder"], saved["classes"]) == (
         MODEL_FORMAT,
         "warmup",
@@ -183,16 +187,29 @@ def test_model_pt_then_wandb_then_done_json_last(tmp_path, events):
     assert all(torch.equal(saved["state_dict"][key], value) for key, value in state.items())
 
 
-def test_without_wandb_model_pt_then_done_json(tmp_path, events):
+def test_without_wandb_the_model_then_done_json(tmp_path, events):
     write_results(tiny_module(), RunPaths(tmp_path), ("a", "b", "c"), CFG, SUMMARY, None)
-    assert events == ["checkpoints/model.pt", "done.json"]
+    assert events == ["checkpoints/model.safetensors", "done.json"]
 
 
-def test_a_model_pt_that_cannot_be_written_leaves_the_rung_unfinished(tmp_path, events, monkeypatch):
+def test_timm_builds_the_saved_model_and_loads_its_weights(tmp_path):
+    module = tiny_module()
+    write_results(module, RunPaths(tmp_path), ("a", "b", "c"), CFG, SUMMARY, None)
+    with safe_open(RunPaths(tmp_path).model, framework="pt") as file:
+        header = {key: json.loads(value) for key, value in file.metadata().items()}
+    assert header["classes"] == ["a", "b", "c"] and header["rung"] == "warmup"
+    timm_vit = VisionTransformer(**header["vit_config"]).eval()  # timm's own constructor and loader, nothing of ours
+    load_checkpoint(timm_vit, str(RunPaths(tmp_path).model))
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(timm_vit(images), module.model.eval()(images), rtol=0, atol=1e-6)
+
+
+def test_a_model_that_cannot_be_written_leaves_the_rung_unfinished(tmp_path, events, monkeypatch):
     replace = os.replace
 
     def full_disk(src, dst, *args, **kwargs):
-        if Path(dst).name == "model.pt":
+        if Path(dst).name == "model.safetensors":
             raise OSError(errno.ENOSPC, "No space left on device")
         replace(src, dst, *args, **kwargs)
 

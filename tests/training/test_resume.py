@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import wandb
-from run_helpers import Crash, CrashAtEpoch
+from run_helpers import Crash, CrashAtEpoch, saved_file
 from tiny_data import tiny_data
 
 from vitladder.config import rung_names
@@ -30,7 +30,7 @@ TINY = [
 
 
 def weights(run_dir: Path) -> dict:
-    return torch.load(RunPaths(run_dir).model, map_location="cpu", weights_only=True)["state_dict"]
+    return saved_file(run_dir)["state_dict"]
 
 
 def epochs_in(metrics_csv: Path) -> list[int]:

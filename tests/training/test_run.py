@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from run_helpers import saved_file
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
@@ -59,7 +60,7 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert any(row.get("lr") and row.get("step") for row in rows)
     assert float([row for row in rows if row.get("test/acc")][0]["test/acc"]) == pytest.approx(summary["test_acc"])
 
-    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
+    saved = saved_file(paths.root)
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"])  # strict: no `_orig_mod.` or Lightning prefixes
     assert saved["rung"] == "mixup_cutmix" and len(saved["classes"]) == 10

@@ -1,5 +1,5 @@
 """A run takes what its data are from the source: loaded once per process (also across a ladder's estimate and
-its rungs), the image size and classes of the images, the statistics of the training split, carried in model.pt."""
+its rungs), the image size and classes of the images, the statistics of the training split, carried in the model."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from run_helpers import saved_file
 
 from vitladder.config import compose_rung, scaled_epochs
 from vitladder.data import sources
@@ -95,7 +96,7 @@ def test_a_48px_image_folder_trains_a_48px_model_normalised_with_its_training_sp
     root = make_folder(tmp_path / "imgs", size=48)
     cfg = folder_cfg(root, tmp_path, "patch8", "profile.epoch_scale=0.01")
     train_rung(cfg)
-    saved = torch.load(RunPaths(Path(cfg.run_dir)).model, map_location="cpu", weights_only=True)
+    saved = saved_file(Path(cfg.run_dir))
     assert saved["vit_config"]["img_size"] == 48 and saved["vit_config"]["num_classes"] == 2
     assert saved["classes"] == ["dark", "light"]
 
@@ -134,7 +135,7 @@ def test_val_size_0_trains_on_every_training_image_and_tracks_a_fixed_sample_of_
     # Tracking measured the first training images of the seeded split, as they are (no augmentation).
     train, val, _ = run_splits(paths.root)
     assert len(val.labels) == 0 and len(train.labels) == 1200
-    stats = ChannelStats.from_dict(torch.load(paths.model, weights_only=True)["normalization"])
+    stats = ChannelStats.from_dict(saved_file(paths.root)["normalization"])
     measured = analyse(saved_model(paths.root), train.images[:32], 32, 4, stats=stats)
     tracked = [float(r["distance_px"]) for r in read_csv(paths.analysis / "tracking.csv") if r["epoch"] == "2"]
     assert tracked == pytest.approx(measured.layers["distance_px"].tolist(), abs=1e-4)

@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from run_helpers import fit, module_for, run_splits, saved_inputs, saved_model, set_up_data
+from run_helpers import fit, module_for, run_splits, saved_file, saved_inputs, saved_model, set_up_data
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
@@ -181,7 +181,7 @@ def test_a_compiled_run_trains_and_saves_plain_state_dicts(tiny_cfg):
     assert summary["epochs"] == 1 and 0.0 <= summary["test_acc"] <= 1.0
 
     paths = RunPaths(Path(cfg.run_dir))
-    saved = torch.load(paths.model, map_location="cpu", weights_only=True)
+    saved = saved_file(paths.root)
     model = build_vit(ViTConfig(**saved["vit_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
     ckpt = torch.load(paths.last_ckpt, map_location="cpu", weights_only=True)
@@ -213,7 +213,7 @@ AUDIT_HOOK = textwrap.dedent(
     """
     import os, sys
     _LOG = os.environ["VITLADDER_TEST_WRITES"]
-    _WATCHED = ("done.json", "model.pt", "config.yaml", "wandb_run_id.txt")
+    _WATCHED = ("done.json", "model.safetensors", "config.yaml", "wandb_run_id.txt")
 
     def _hook(event, args):
         if event == "os.rename" and os.path.basename(str(args[1])) in _WATCHED:
@@ -258,7 +258,7 @@ def writers(writes: list[str], name: str) -> list[str]:
 
 
 def evaluate_on_validation(run_dir: Path) -> tuple[float, torch.Tensor]:
-    """(accuracy of model.pt over the run's whole validation split, per-image correctness)."""
+    """(accuracy of the final model over the run's whole validation split, per-image correctness)."""
     _, val, _ = run_splits(run_dir)
     model = saved_model(run_dir)
     with torch.no_grad():
@@ -286,7 +286,7 @@ def test_ddp_on_two_processes_writes_one_run_with_metrics_over_the_whole_validat
     assert sorted(p.relative_to(out).as_posix() for p in out.glob("*/*") if p.is_dir()) == ["smoke/patch4"]
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1, "one W&B run, from rank 0 only"
     assert len(set(writers(writes, "done.json"))) == 1 and len(writers(writes, "done.json")) == 1
-    assert len(writers(writes, "model.pt")) == 1
+    assert len(writers(writes, "model.safetensors")) == 1
     assert list(cwd.iterdir()) == [], "no outputs/, multirun/, lightning_logs/ or wandb/ in the working directory"
 
     summary = json.loads((run_dir / "done.json").read_text())

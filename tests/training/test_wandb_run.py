@@ -73,7 +73,7 @@ def test_model_and_analysis_artifacts_with_rung_aliases(smoke_ladder, wandb_run_
     artifacts = {a["name"]: a for a in rung_run(smoke_ladder, wandb_run_reader).artifacts}
     model, analysis = artifacts["model-smoke-patch4-seed0"], artifacts["analysis-smoke-patch4-seed0"]
     assert model["type"] == "model" and set(model["aliases"]) == {"latest", "patch4"}
-    assert [e["path"] for e in model["manifest"]["contents"]] == ["model.pt"]
+    assert [e["path"] for e in model["manifest"]["contents"]] == ["model.safetensors"]
     assert analysis["type"] == "analysis" and set(analysis["aliases"]) == {"latest", "patch4"}
     assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png"} <= {
         e["path"] for e in analysis["manifest"]["contents"]
@@ -136,12 +136,12 @@ def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
         def log_artifact(self, artifact, aliases):
             self.logged.append((artifact.name, artifact.type, aliases))
 
-    (tmp_path / "model.pt").write_bytes(b"weights")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
     cfg = OmegaConf.create(
         {"ladder": "full", "rung": "warmup", "seed": 2, "data": {"source": "synthetic", "num_train": 10, "num_test": 5}}
     )
     online = FakeRun(offline=False)
-    log_rung_artifacts(online, cfg, tmp_path / "model.pt", tmp_path / "no-analysis", {"test_acc": 0.5})
+    log_rung_artifacts(online, cfg, tmp_path / "model.safetensors", tmp_path / "no-analysis", {"test_acc": 0.5})
     assert [(a.name, a.type) for a in online.used] == [("dataset-synthetic", "dataset")]
     assert online.logged == [("model-full-warmup-seed2", "model", ["latest", "warmup"])]
     assert online.config["inputs"] == [

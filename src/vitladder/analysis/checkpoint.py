@@ -1,9 +1,9 @@
 """Load any model the training wrote, and the test images its run was evaluated on.
 
-Accepted: a run folder (``<run>/checkpoints/model.pt``, else ``last.ckpt``), a ``model.pt``
-(``vitladder-model/1``), or a Lightning checkpoint (``last.ckpt``: the ViT's weights under
-``model.``, possibly with ``_orig_mod.`` from a compiled model). Anything else raises a
-one-line ``CheckpointError`` naming the file.
+Accepted: a run folder (``<run>/checkpoints/model.safetensors``, else an older version's ``model.pt``, else
+``last.ckpt``), a final model file (``vitladder-model/1``: model.safetensors or model.pt), or a Lightning
+checkpoint (``last.ckpt``: the ViT's weights under ``model.``, possibly with ``_orig_mod.`` from a compiled
+model). Anything else raises a one-line ``CheckpointError`` naming the file.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class LoadedModel:
     """What is known about a loaded model besides its weights."""
 
     path: Path  # the checkpoint file read
-    kind: str  # "model.pt" or "lightning"
     vit_config: ViTConfig
     run_dir: Path | None  # the run folder it belongs to, when it sits in one
     rung: str | None = None
@@ -44,12 +43,12 @@ class LoadedModel:
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint file for ``path``: itself, or a run folder's model.pt (else last.ckpt)."""
+    """The checkpoint file for ``path``: itself, or a run folder's final model (else last.ckpt)."""
     path = Path(path)
     if path.is_dir():
         if (found := checkpoint_of(path)) is not None:
             return found
-        raise CheckpointError(f"{path}: no checkpoints/model.pt or checkpoints/last.ckpt in this folder")
+        raise CheckpointError(f"{path}: no checkpoints/model.safetensors or checkpoints/last.ckpt in this folder")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file or run folder")
     return path
@@ -61,7 +60,7 @@ def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
 
 
 def _read(path: Path) -> dict:
-    data = load_checkpoint_file(path, "give a run folder or its checkpoints/model.pt")  # never unpickles code
+    data = load_checkpoint_file(path, "give a run folder or its checkpoints/model.safetensors")  # no code run
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
     return data
@@ -116,7 +115,6 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
         if data.get("format") == MODEL_FORMAT:
             meta = LoadedModel(
                 ckpt,
-                "model.pt",
                 _vit_config(ckpt, data["vit_config"]),
                 run_dir,
                 _text(data.get("rung")),
@@ -129,7 +127,6 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
             hparams = data["hyper_parameters"]
             meta = LoadedModel(
                 ckpt,
-                "lightning",
                 _vit_config(ckpt, hparams["model"]),
                 run_dir,
                 history=_history(data),
@@ -138,7 +135,7 @@ def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
             state_dict = _strip(data["state_dict"], "model.")
         else:
             raise CheckpointError(
-                f"{ckpt}: not a checkpoint this project wrote (no model.pt format or Lightning state)"
+                f"{ckpt}: not a checkpoint this project wrote (no {MODEL_FORMAT} format or Lightning state)"
             )
         model = build_vit(meta.vit_config)
         model.load_state_dict(state_dict)

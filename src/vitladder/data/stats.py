@@ -1,7 +1,7 @@
 """Per-channel mean and standard deviation of uint8 images: the normalisation a model is trained with.
 
 A source may publish its statistics (CIFAR-10 does); otherwise they are computed from the images that train
-(the training split, after the validation hold-out). They travel with the model (model.pt, last.ckpt), so
+(the training split, after the validation hold-out). They travel with the model (model.safetensors, last.ckpt), so
 the analysis, the demo and the benchmark normalise exactly as training did.
 """
 

@@ -124,7 +124,7 @@ def export_demo(
     num_images: int = 16,
     overrides: Sequence[str] = (),
 ) -> Path:
-    """Write the demo of ``source`` (a run folder, model.pt or last.ckpt); returns index.html.
+    """Write the demo of ``source`` (a run folder, model.safetensors, model.pt or last.ckpt); returns index.html.
 
     ``overrides`` (``key=value``) change the run's config, e.g. where its data now lives.
     """

@@ -19,7 +19,7 @@ from vitladder.config_schema import ReferenceFigures
 from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci
 from vitladder.report.ladder_report import ladder_columns as csv_columns
 from vitladder.report.setting import SETTING_COLUMNS
-from vitladder.run_folder import RunPaths
+from vitladder.run_folder import RunPaths, final_model
 from vitladder.training.wandb_run import wandb_failure_warns
 
 __all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_artifacts"]
@@ -161,8 +161,8 @@ def rung_artifacts(results: list[RungResult], ladder: str) -> list:
     artifacts = []
     for result in results:
         for record in result.runs:
-            model, analysis = RunPaths(record.path).model, RunPaths(record.path).analysis
-            if model.is_file():
+            model, analysis = final_model(record.path), RunPaths(record.path).analysis
+            if model is not None:
                 artifacts.append(model_artifact(model, ladder, result.rung, record.seed))
             if analysis.is_dir():
                 artifacts.append(analysis_artifact(analysis, ladder, result.rung, record.seed))

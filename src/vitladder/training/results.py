@@ -1,4 +1,4 @@
-"""A rung's final writes, in order: what it measured (done.json's content), model.pt, the W&B summary and
+"""A rung's final writes, in order: what it measured (done.json's content), the model, the W&B summary and
 artifacts, and done.json last, so that its presence means every other output is complete. W&B failing there
 is one warning, not a lost rung: the model and its analysis are saved before it."""
 
@@ -9,7 +9,7 @@ import time
 import lightning as L
 from omegaconf import DictConfig
 
-from vitladder.atomic import save_torch, write_json
+from vitladder.atomic import save_safetensors, write_json
 from vitladder.run_folder import MODEL_FORMAT, RunPaths
 from vitladder.training.module import RecipeModule
 from vitladder.training.resume import last_logged
@@ -18,13 +18,13 @@ from vitladder.training.wandb_run import wandb_failure_warns
 
 
 def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
-    """model.pt: the trained weights and all that rebuilds and names them, plain tensors and lists only
-    (read back with weights_only=True)."""
-    save_torch(
+    """model.safetensors: the trained weights, and in its header all that rebuilds and names them (vit_config is
+    the arguments of timm's VisionTransformer)."""
+    save_safetensors(
+        {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
         {
             "format": MODEL_FORMAT,
             "vit_config": module.vit_config.to_dict(),
-            "state_dict": {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
             "classes": list(classes),
             "normalization": module.hparams["normalization"],  # what the analysis and the demo normalise with
             "rung": cfg.rung,

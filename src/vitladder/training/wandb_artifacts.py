@@ -4,7 +4,8 @@
   (``data.sources.describe``: the source's keys in its metadata, and in its one small file ``dataset.json``
   the digest, sizes and classes of the arrays loaded), so a version is one set of images, whatever the
   source or the path it was read from; the images themselves are never uploaded.
-- ``model-<ladder>-<rung>-seed<k>`` (type ``model``): ``checkpoints/model.pt``, aliases ``latest`` and the rung.
+- ``model-<ladder>-<rung>-seed<k>`` (type ``model``): ``checkpoints/model.safetensors`` (an older version's
+  ``model.pt``), aliases ``latest`` and the rung.
 - ``analysis-<ladder>-<rung>-seed<k>`` (type ``analysis``): the ``analysis/`` folder, the same aliases;
   a re-analysis logs a new version.
 The report run uses the model and analysis artifacts of every rung it reports on.
@@ -77,7 +78,7 @@ def model_artifact(model_path: Path, ladder: str, rung: str, seed: int, metadata
         type="model",
         metadata={**_run_metadata(ladder, rung, seed), **(metadata or {})},
     )
-    artifact.add_file(str(model_path), name="model.pt")
+    artifact.add_file(str(model_path), name=model_path.name)
     return artifact
 
 
