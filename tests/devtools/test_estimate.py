@@ -162,15 +162,15 @@ def test_the_probes_are_timed_by_the_benchmark_on_two_numbers_of_images_and_fitt
             (tuple(images.shape), images.dtype, len(labels), cfg.analysis.settings.head_ablation.draws, warmup)
         )
         assert track and rounds == 1 and list(cfg.analysis.probes) == ["attention", "positions"]
-        n = len(images)
-        return {"attention": 1.0 + 0.01 * n, "positions": 2.0, TRACK: 0.1 * n}, 0.3
+        n, first = len(images), len(calls) == 1  # the first call pays the first-call costs
+        return {"attention": 1.0 + 0.01 * n + first, "positions": 2.0, TRACK: 0.1 * n}, 0.3
 
     monkeypatch.setattr(estimate, "time_probes", time_probes)
     analysis = {"probes": ["attention", "positions"], "settings": {"head_ablation": {"draws": 3}}, "batch_size": 250}
     costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))
     few, more = estimate.PROBE_IMAGES
-    # Random images of the model's size; the untimed first call before the first timing only.
-    assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, n == few) for n in (few, more)]
+    # Random images of the model's size, the fewer before and after the more, no untimed call: the shorter counts.
+    assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, False) for n in (few, more, few)]
     fitted = {name: (cost.fixed_s, cost.per_image_s) for name, cost in costs.items()}
     assert fitted == {"attention": pytest.approx((1.0, 0.01)), "positions": (2.0, 0.0), TRACK: pytest.approx((0, 0.1))}
     assert costs["attention"].seconds(1000) == pytest.approx(11.0)
