@@ -17,7 +17,7 @@ FLOORS_TESTS = tests/test_config.py tests/test_cli.py tests/test_output_errors.p
 	tests/data/test_hostile_data.py tests/data/sources/test_imagefolder.py tests/devtools/test_floors.py \
 	tests/devtools/test_syncs.py
 
-PROFILE ?= full        # full: the GPU recipe; smoke: a CPU-sized run of every rung
+PROFILE ?= full        # full: the GPU recipe; smoke: a CPU-sized run of every rung; laptop: real CIFAR-10 in ~2 h on a CPU
 DATA ?=                # cifar10 | synthetic | imagefolder | a folder or .tar(.xz) archive of train/ and test/
 SEEDS ?= 0             # e.g. 0,1,2: every rung once per seed
 LADDER ?=              # name of the ladder folder under outputs/ (default: the profile's name)
@@ -44,7 +44,8 @@ LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) pro
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  variables: PROFILE=full|smoke  DATA=cifar10|synthetic|PATH  SEEDS=0,1,2  LADDER=name  ARGS='overrides'  JOBS=2"
+	@echo "  variables: PROFILE=full|smoke|laptop  DATA=cifar10|synthetic|PATH  SEEDS=0,1,2  LADDER=name  ARGS='overrides'  JOBS=2"
+	@echo "  PROFILE=laptop: the 7x6 model at width 48 on all of real CIFAR-10 with epochs scaled so the ladder takes about 2 h on 2 CPU cores; see docs/laptop.md"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

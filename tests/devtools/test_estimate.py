@@ -1,14 +1,21 @@
 """The ladder's time estimate times its training step with the shared timer: one warm-up step, two timed,
-divided by the images of a step (at most 64 on the CPU); and one checkpoint of the model, counted as often as the
-run's checkpoint interval saves."""
+divided by the images of a step (at most 64 on the CPU); one checkpoint of the model, counted as often as the
+run's checkpoint interval saves; and the configured probes and their tracking, timed by the benchmark on a few
+images, counted on the images and epochs the run analyses."""
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
+
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from vitladder.config import compose_rung
 from vitladder.devtools import estimate
+from vitladder.devtools.benchmark import TRACK
+from vitladder.devtools.estimate import ProbeCost
 from vitladder.model import ViTConfig, build_vit
 
 TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
@@ -16,9 +23,12 @@ TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    estimate.step_cost.cache_clear()  # cached per (shape, batch, device, folder, precision, AdamW) for the ladder
+    # Cached for the ladder: per (shape, batch, device, folder, precision, AdamW), and per (shape, device, probes).
+    for cached in (estimate.step_cost, estimate.probe_costs):
+        cached.cache_clear()
     yield
-    estimate.step_cost.cache_clear()
+    for cached in (estimate.step_cost, estimate.probe_costs):
+        cached.cache_clear()
 
 
 def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_path):
@@ -53,7 +63,7 @@ def test_the_estimate_counts_one_checkpoint_per_save_of_the_interval(monkeypatch
     cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=2.0)
     monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, *run: cost)
     shape = estimate.DataShape(num_train=9_000, num_val=3_000, num_test=3_000, image_size=32, num_classes=10)
-    base = [f"output_root={tmp_path}", "optim.epochs=10", "trainer.accelerator=cpu"]
+    base = [f"output_root={tmp_path}", "optim.epochs=10", "trainer.accelerator=cpu", "analysis.enabled=false"]
     # Epochs of (9,000 + 3,000 / 3) x 1 ms = 10 s; the test pass 1 s.
     run = 10 * 10.0 + 1.0 + estimate.RUN_OVERHEAD_S
     every_epoch = compose_rung("patch8", [*base, "checkpoint.min_interval_s=0"])
@@ -70,15 +80,19 @@ def test_the_checkpoint_is_timed_on_the_disk_of_the_run_folder_to_be(tmp_path):
 
 
 def test_the_estimate_times_the_runs_device_precision_and_adamw(monkeypatch, tmp_path):
-    # The run's CUDA choices (cuda_choices.py), not the estimate's own: the device, trainer.precision, fused AdamW.
-    timed = []
+    # The run's CUDA choices (cuda_choices.py), not the estimate's own: the device, trainer.precision, fused AdamW;
+    # the probes on the same device.
+    timed, probed = [], []
     monkeypatch.setattr(
         estimate, "step_cost", lambda vit, batch, *run: timed.append(run[:1] + run[2:]) or estimate.StepCost(1e-3, 1.0)
     )
+    free = defaultdict(lambda: ProbeCost(0.0, 0.0))
+    monkeypatch.setattr(estimate, "probe_costs", lambda vit, device, analysis: probed.append(device) or free)
     shape = estimate.DataShape(num_train=100, num_val=10, num_test=10, image_size=32, num_classes=10)
 
     def times(*overrides: str) -> tuple:
         estimate.estimate_run_seconds(compose_rung("patch8", [f"output_root={tmp_path}", *overrides]), shape)
+        assert probed.pop() == timed[-1][0]
         return timed.pop()
 
     rehearsal = ["trainer.accelerator=cpu", "speed.rehearse_cuda=true"]
@@ -95,3 +109,77 @@ def test_the_estimate_times_the_runs_device_precision_and_adamw(monkeypatch, tmp
 def test_the_step_is_timed_in_the_runs_precision_with_fused_adamw_on_the_cpu(tmp_path, precision):
     cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path), precision, True)
     assert 0 < cost.per_image_s < 1 and 0 < cost.checkpoint_s < 5
+
+
+def test_the_estimate_counts_each_probe_on_its_images_and_every_tracked_epoch(monkeypatch, tmp_path):
+    monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, *run: estimate.StepCost(1e-3, 0.0))
+    costs = {
+        "attention": ProbeCost(1.0, 0.01),
+        "positions": ProbeCost(2.0, 0.0),
+        "cls_attention": ProbeCost(0.5, 0.0),
+        "head_ablation": ProbeCost(0.0, 0.1),
+        TRACK: ProbeCost(0.2, 0.005),
+    }
+    asked = []
+    monkeypatch.setattr(estimate, "probe_costs", lambda vit, device, analysis: asked.append(analysis) or costs)
+    shape = estimate.DataShape(num_train=900, num_val=100, num_test=2_000, image_size=32, num_classes=10)
+    base = [f"output_root={tmp_path}", "optim.epochs=10", "trainer.accelerator=cpu", "checkpoint.every_n_epochs=0"]
+
+    def seconds(*overrides: str) -> float:
+        return estimate.estimate_run_seconds(compose_rung("patch8", [*base, *overrides]), shape)
+
+    off = seconds("analysis.enabled=false")
+    assert off == pytest.approx(10 * (900 + 100 / 3) * 1e-3 + 2_000 / 3 * 1e-3 + estimate.RUN_OVERHEAD_S)
+    assert asked == [], "no analysis, no probe timed"
+    # conf/config.yaml: every probe on 1,000 test images (head ablation on its 1,000), and the tracking of 64
+    # validation images at the start and after epochs 5 and 10.
+    final, tracking = (1.0 + 10.0) + 2.0 + 0.5 + 100.0, 3 * (0.2 + 0.005 * 64)
+    assert seconds() == pytest.approx(off + final + tracking)
+    assert json.loads(asked[-1]) == {
+        "probes": ["attention", "positions", "cls_attention", "head_ablation"],
+        "settings": {"head_ablation": {"images": 1000, "draws": 5, "resamples": 1000}},
+        "batch_size": 250,
+    }
+    # It grows with the analysis images, up to the test set; head ablation's own setting caps its images.
+    assert seconds("analysis.num_images=100") == pytest.approx(off + 2.0 + 2.5 + 10.0 + tracking)
+    assert seconds("analysis.num_images=5000") == pytest.approx(off + 21.0 + 2.5 + 100.0 + tracking)
+    assert seconds("analysis.settings.head_ablation.images=32") == pytest.approx(off + 11.0 + 2.5 + 3.2 + tracking)
+    # ...and with the probe list.
+    assert seconds("analysis.probes=[attention]") == pytest.approx(off + 11.0 + tracking)
+    assert seconds("analysis.probes=[attention,head_ablation]") == pytest.approx(off + 111.0 + tracking)
+    # Tracking every epoch: 11 times, on at most the 100 validation images there are; none when it is off.
+    every_epoch = ["analysis.track_every_n_epochs=1", "analysis.track_images=500"]
+    assert seconds(*every_epoch) == pytest.approx(off + final + 11 * (0.2 + 0.005 * 100))
+    assert seconds("analysis.track_every_n_epochs=0") == pytest.approx(off + final)
+    assert seconds("analysis.enabled=false", *every_epoch) == pytest.approx(off)
+
+
+def test_the_probes_are_timed_by_the_benchmark_on_two_numbers_of_images_and_fitted(monkeypatch):
+    calls = []
+
+    def time_probes(model, images, labels, cfg, stats, rounds, track=False, warmup=True):
+        calls.append(
+            (tuple(images.shape), images.dtype, len(labels), cfg.analysis.settings.head_ablation.draws, warmup)
+        )
+        assert track and rounds == 1 and list(cfg.analysis.probes) == ["attention", "positions"]
+        n, first = len(images), len(calls) == 1  # the first call pays the first-call costs
+        return {"attention": 1.0 + 0.01 * n + first, "positions": 2.0, TRACK: 0.1 * n}, 0.3
+
+    monkeypatch.setattr(estimate, "time_probes", time_probes)
+    analysis = {"probes": ["attention", "positions"], "settings": {"head_ablation": {"draws": 3}}, "batch_size": 250}
+    costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))
+    few, more = estimate.PROBE_IMAGES
+    # Random images of the model's size, the fewer before and after the more, no untimed call: the shorter counts.
+    assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, False) for n in (few, more, few)]
+    fitted = {name: (cost.fixed_s, cost.per_image_s) for name, cost in costs.items()}
+    assert fitted == {"attention": pytest.approx((1.0, 0.01)), "positions": (2.0, 0.0), TRACK: pytest.approx((0, 0.1))}
+    assert costs["attention"].seconds(1000) == pytest.approx(11.0)
+
+
+def test_the_probes_and_their_tracking_on_the_cpu_are_real_non_negative_times():
+    cfg = compose_rung("patch8", ["profile=smoke"])
+    analysis = {key: OmegaConf.to_container(cfg.analysis)[key] for key in ("probes", "settings", "batch_size")}
+    costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))  # the smoke profile's probe settings
+    assert list(costs) == [*cfg.analysis.probes, TRACK]
+    assert all(cost.fixed_s >= 0 and cost.per_image_s >= 0 for cost in costs.values())
+    assert all(0 < cost.seconds(100) < 60 for cost in costs.values())

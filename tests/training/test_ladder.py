@@ -186,6 +186,26 @@ def test_a_run_its_devices_cannot_train_stops_the_ladder_before_any_rung_trains(
     assert list(tmp_path.iterdir()) == [], "nothing written"
 
 
+def test_a_ladder_without_cifar10_or_a_network_says_in_one_line_how_to_get_it(tmp_path, monkeypatch, capsys):
+    # make ladder's default data (data=cifar10, as PROFILE=laptop's) where the download fails: no network here.
+    import urllib.error
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "empty" / "data"
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("ladder").main(["profile=smoke", "data=cifar10", f"data.root={root}", f"output_root={tmp_path}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: could not download CIFAR-10 into {root}"), err
+    assert err.count("\n") == 1, err
+    for way in ("with a network", "train/<class>/ and test/<class>/", "DATA=", "data=imagefolder data.root="):
+        assert way in err, way
+    assert list(tmp_path.iterdir()) == [], "nothing written: neither the data folder nor a run folder"
+
+
 def test_the_ladder_on_another_rank_trains_what_rank_0_trains_and_nothing_else(tmp_path, monkeypatch, capsys):
     """Lightning's DDP launcher runs scripts/ladder.py again for every other rank: no estimate, log or report there."""
     import vitladder.training.run as run_module

@@ -4,6 +4,7 @@ its rungs), the image size and classes of the images, the statistics of the trai
 from __future__ import annotations
 
 import io
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def test_a_rung_loads_its_data_once(tiny_cfg, load_calls: list) -> None:
 
 
 def test_the_ladders_estimate_and_its_rungs_share_one_load(tiny_cfg, load_calls: list) -> None:
-    cfgs = [tiny_cfg("patch8", "model.depth=1"), tiny_cfg("patch4", "model.depth=1", "data.batch_size=32")]
+    no_probes = ["model.depth=1", "analysis.enabled=false"]  # the probes' timing loads no data
+    cfgs = [tiny_cfg("patch8", *no_probes), tiny_cfg("patch4", *no_probes, "data.batch_size=32")]
     estimate_ladder(cfgs)
     assert len(load_calls) == 1
     train_rung(tiny_cfg("patch8", "model.depth=1", "profile.epoch_scale=0.01", "analysis.enabled=false"))
@@ -83,10 +85,12 @@ def test_the_estimate_times_a_model_for_the_datas_image_size_and_classes(tmp_pat
     timed = []
     cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=0.5)
     monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, device, folder, *choices: timed.append(vit) or cost)
+    free = defaultdict(lambda: estimate.ProbeCost(0.0, 0.0))
+    monkeypatch.setattr(estimate, "probe_costs", lambda vit, device, analysis: timed.append(vit) or free)
     root = make_folder(tmp_path / "folder", size=48)
     cfg = folder_cfg(root, tmp_path, "patch8")
     (seconds,) = estimate_ladder([cfg])
-    assert [(vit.img_size, vit.num_classes, vit.patch_size) for vit in timed] == [(48, 2, 8)]
+    assert [(vit.img_size, vit.num_classes, vit.patch_size) for vit in timed] == [(48, 2, 8)] * 2  # step, probes
     epochs, _ = scaled_epochs(cfg)  # of 40 training images (8 held out to validate) and 12 test images
     checkpoints = 0.5 * epochs  # the smoke profile saves every epoch
     assert seconds == pytest.approx(estimate.RUN_OVERHEAD_S + 1e-3 * (epochs * (40 + 8 / 3) + 12 / 3) + checkpoints)

@@ -54,6 +54,7 @@ __all__ = [
     "BenchSettings",
     "CIFAR10_TRAIN_IMAGES",
     "TARGETS",
+    "TRACK",
     "format_table",
     "run_benchmark",
     "settings_for",
@@ -76,6 +77,7 @@ TARGETS = {
 WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: docs/design.md §1
 EVAL_STEPS = 2  # evaluation steps whose host syncs are counted
 CHECKPOINT_SAVES = 3  # timed saves of last.ckpt, after one untimed
+TRACK = "track"  # time_probes(track=True): every probe's tracking during training
 
 
 @dataclass(frozen=True)
@@ -295,14 +297,23 @@ def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
 
 
 def time_probes(
-    model: nn.Module, images_u8: Tensor, labels: Tensor, cfg: DictConfig, stats: ChannelStats, rounds: int
+    model: nn.Module,
+    images_u8: Tensor,
+    labels: Tensor,
+    cfg: DictConfig,
+    stats: ChannelStats,
+    rounds: int,
+    track: bool = False,
+    warmup: bool = True,
 ) -> tuple[dict[str, float], float]:
     """(median seconds of each probe of ``cfg.analysis.probes``, median seconds of a plain eval forward pass) over
     ``images_u8`` ``(N, 3, S, S)`` on the model's device. The probes run as the callback runs them (its context,
     the rung's settings; eval mode, no gradients), the forward pass in the model's float32 batch by batch;
-    the two alternate each round, after one untimed call of each on a few images (first-call costs)."""
+    the two alternate each round, after one untimed call of each on a few images (first-call costs) unless not
+    ``warmup``. With ``track``, also ``TRACK``: what the callback measures on its tracking images each tracked
+    epoch (every probe's ``track``), on the same images."""
     from vitladder.analysis.callback import AttentionAnalysis
-    from vitladder.analysis.probes import run_probes
+    from vitladder.analysis.probes import run_probes, track_probes
 
     callback = AttentionAnalysis.from_config(cfg.analysis, Path("unused"), str(cfg.rung), int(cfg.model.patch_size))
     ctx, device, batch = callback.context(images_u8.shape[-1], stats, None), next(model.parameters()).device, 250
@@ -317,9 +328,11 @@ def time_probes(
         name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n])
         for name in cfg.analysis.probes
     }
+    if track:
+        timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, cfg.analysis.probes)
     timed["forward"] = forward
     times: dict[str, list[float]] = {name: [] for name in timed}
-    for fn in timed.values():
+    for fn in timed.values() if warmup else ():
         fn(images_u8[:8])
     for r in range(rounds):
         for name, fn in list(timed.items())[:: 1 if r % 2 == 0 else -1]:

@@ -1,8 +1,11 @@
 """How long a ladder will take on this machine: a few timed training steps per model shape, and one checkpoint
-of that model written where the run's will be, times the saves its checkpoint interval makes."""
+of that model written where the run's will be, times the saves its checkpoint interval makes; and the configured
+probes, timed by the benchmark on a few images of that shape, for the final analysis on ``analysis.num_images``
+and the tracking of every tracked epoch."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,17 +13,20 @@ from functools import cache
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitladder.atomic import save_torch
 from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, on_cuda
+from vitladder.data.stats import ChannelStats
+from vitladder.devtools.benchmark import TRACK, time_probes
 from vitladder.devtools.timing import bare_step, time_steps
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.checkpoint_io import saves_in
 
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
-RUN_OVERHEAD_S = 6.0  # start-up, W&B, test and analysis of one run
+RUN_OVERHEAD_S = 6.0  # start-up, W&B and the files of one run
+PROBE_IMAGES = (2, 8)  # the probes are timed on this many images, then on this many: a fixed and a per-image cost
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,45 @@ def step_cost(
 
 
 @dataclass(frozen=True)
+class ProbeCost:
+    """Seconds of a probe (or of the tracking) on ``n`` images: ``fixed_s + per_image_s * n``. Its figures cost the
+    same for any number of images; its metrics and ablations grow with them."""
+
+    fixed_s: float
+    per_image_s: float
+
+    def seconds(self, images: int) -> float:
+        return self.fixed_s + self.per_image_s * images
+
+
+@cache
+def probe_costs(vit: ViTConfig, device: str, analysis: str) -> dict[str, ProbeCost]:
+    """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and
+    ``benchmark.TRACK`` (the tracking), timed by the benchmark's ``time_probes`` on the model's shape and device on
+    ``PROBE_IMAGES[0]`` random images, then ``PROBE_IMAGES[1]``, then the first number again: the line through the
+    shorter of the two few-image times (the first pays the first-call costs, the process's first figures and
+    allocations; other work on the machine only adds time) and the many-image time."""
+    model = build_vit(vit).to(device)
+    cfg = OmegaConf.create(
+        {"analysis": json.loads(analysis), "rung": "estimate", "model": {"patch_size": vit.patch_size}}
+    )
+    images = torch.randint(0, 256, (max(PROBE_IMAGES), 3, vit.img_size, vit.img_size), dtype=torch.uint8)
+    labels = torch.randint(0, vit.num_classes, (len(images),))
+    images, labels, stats = images.to(device), labels.to(device), ChannelStats((0.5,) * 3, (0.25,) * 3)
+
+    def timed(n: int) -> dict[str, float]:
+        return time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
+
+    first, more, again = (timed(n) for n in (PROBE_IMAGES[0], PROBE_IMAGES[1], PROBE_IMAGES[0]))
+    few = {name: min(first[name], again[name]) for name in first}
+    costs = {}
+    for name in few:
+        per_image = max(more[name] - few[name], 0.0) / (PROBE_IMAGES[1] - PROBE_IMAGES[0])
+        costs[name] = ProbeCost(max(few[name] - per_image * PROBE_IMAGES[0], 0.0), per_image)
+    return costs
+
+
+@dataclass(frozen=True)
 class DataShape:
     """What the estimate needs of a run's data: the images each split holds, their side and the classes."""
 
@@ -77,7 +122,28 @@ def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
     epochs, _ = scaled_epochs(cfg)
     epoch_s = (data.num_train + EVAL_COST * data.num_val) * cost.per_image_s
     saves = saves_in(epochs, epoch_s, int(cfg.checkpoint.every_n_epochs), float(cfg.checkpoint.min_interval_s))
-    return epochs * epoch_s + EVAL_COST * data.num_test * cost.per_image_s + saves * cost.checkpoint_s + RUN_OVERHEAD_S
+    test_s = EVAL_COST * data.num_test * cost.per_image_s
+    analysis_s = analysis_seconds(cfg, data, vit, device, epochs)
+    return epochs * epoch_s + test_s + saves * cost.checkpoint_s + analysis_s + RUN_OVERHEAD_S
+
+
+def analysis_seconds(cfg: DictConfig, data: DataShape, vit: ViTConfig, device: str, epochs: int) -> float:
+    """The final analysis (each probe on the first ``analysis.num_images`` test images, or fewer where its
+    ``images`` setting says so) and the tracking (at the start and every ``track_every_n_epochs``)."""
+    analysis = OmegaConf.to_container(cfg.analysis, resolve=True)
+    if not analysis["enabled"]:
+        return 0.0
+    timed = {key: analysis[key] for key in ("probes", "settings", "batch_size")}  # what a probe's cost depends on
+    costs = probe_costs(vit, device, json.dumps(timed, sort_keys=True))
+    images = min(analysis["num_images"], data.num_test)
+    final = sum(
+        costs[name].seconds(min(images, analysis["settings"].get(name, {}).get("images") or images))
+        for name in analysis["probes"]
+    )
+    # The callback's tracking images: the first validation images, or training images where none are held out.
+    every, tracked = analysis["track_every_n_epochs"], min(analysis["track_images"], data.num_val or data.num_train)
+    tracks = 1 + epochs // every if every > 0 and tracked > 0 else 0  # at the start, then every `every` epochs
+    return final + tracks * costs[TRACK].seconds(tracked)
 
 
 def existing_folder(path: Path) -> Path:

@@ -57,6 +57,7 @@ def _datasets(root: Path, download: bool) -> tuple:
         "use a local copy with data.root=PATH (the folder holding cifar-10-batches-py) "
         "or data=imagefolder data.root=PATH/cifar10-jpeg.tar.xz"
     )
+    made = [folder for folder in (root, *root.parents) if not folder.exists()]  # what the download would create
     try:
         with _socket_timeout(DOWNLOAD_TIMEOUT_S):
             return (
@@ -65,7 +66,14 @@ def _datasets(root: Path, download: bool) -> tuple:
             )
     except (OSError, RuntimeError) as error:  # URLError and socket.timeout are OSErrors
         if download:
-            raise DataError(f"could not download CIFAR-10 into {root} (no network?): {local_copy}") from error
+            for folder in made:  # deepest first; one holding a partial download stays
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise DataError(
+                f"could not download CIFAR-10 into {root} (no network?): run again with a network; or, for a JPEG "
+                "copy laid out as train/<class>/ and test/<class>/, make ladder DATA=PATH/cifar10-jpeg.tar.xz; "
+                f"or {local_copy}"
+            ) from error
         raise DataError(
             f"CIFAR-10 not found or corrupted in {root} (no valid cifar-10-batches-py): {local_copy}"
         ) from error
