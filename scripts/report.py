@@ -2,8 +2,8 @@
 
     python scripts/report.py outputs/full [--wandb-mode auto|online|offline|disabled] [--project NAME]
 
-Writes report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png and explainer.png into
-the ladder folder, then logs them as a W&B run of job type "report" in the ladder's group.
+Writes report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png, tracking_by_epoch.png and
+explainer.png into the ladder folder, then logs them as a W&B run of job type "report" in the ladder's group.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> str:
     project = args.project or config.get("wandb", {}).get("project") or "vit-ladder"
     entity = args.entity or config.get("wandb", {}).get("entity") or wandb.Api().default_entity
     ladder = config.get("ladder") if isinstance(config.get("ladder"), str) else args.ladder_dir.name
-    report = build_wandb_report(project, entity, ladder)
+    report = build_wandb_report(project, entity, ladder, results)
     url_file = args.ladder_dir / URL_FILE
     if url_file.exists():  # rebuilding: update the Report made last time, if it still exists
         try:

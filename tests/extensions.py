@@ -6,6 +6,7 @@ add them to."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,40 +64,67 @@ SELF_SHARE_METRIC = """\
 
 
 CONFIDENCE_PROBE = '''
-"""analysis.probes=[..., confidence]: how sure the model is of its answer, a probe added as one file."""
+"""analysis.probes=[..., confidence]: how sure the model is of its answer, and after each layer (the head reading
+the CLS token there), a probe added as one file."""
 
+import torch
 from matplotlib.figure import Figure
 
-from vitladder.analysis.probes import Column, Result
+from vitladder.analysis.probes import ByLayer, Column, Result
 from vitladder.analysis.summary import model_inputs
 
 
 def confidence(model, images, ctx):
-    """The largest softmax probability per image, (N,)."""
-    return model(model_inputs(model, images, ctx.stats)).softmax(dim=-1).max(dim=-1).values
+    """The largest softmax probability per image, the head reading the CLS token after each layer, (L, N): the
+    last row is the model's own."""
+    inputs = model_inputs(model, images, ctx.stats)
+    tokens = model.forward_intermediates(
+        inputs, norm=True, output_fmt="NLC", return_prefix_tokens=True, intermediates_only=True
+    )  # [(patches (N, P, D), CLS (N, 1, D))] * L
+    logits = torch.stack([model.forward_head(torch.cat([cls, patches], dim=1)) for patches, cls in tokens])
+    return logits.softmax(dim=-1).max(dim=-1).values  # (L, N, classes) -> (L, N)
 
 
 def run(model, images, labels, ctx):
-    per_image = confidence(model, images, ctx).float().cpu()  # (N,)
+    per_layer = confidence(model, images, ctx).float().cpu()  # (L, N)
+    per_image = per_layer[-1]
     figure = Figure()
     figure.add_subplot().hist(per_image.numpy(), bins=10, range=(0, 1))
-    rows = [{"image": i, "confidence": float(c)} for i, c in enumerate(per_image)]
+    tables = {
+        "confidence": [{"image": i, "confidence": float(c)} for i, c in enumerate(per_image)],
+        "confidence_by_layer": [{"layer": i, "read_out": float(c)} for i, c in enumerate(per_layer.mean(dim=1))],
+    }
     scalars = {"mean_confidence": float(per_image.mean())}
-    return Result(tables={"confidence": rows}, figures={"confidence_hist": figure}, scalars=scalars)
+    return Result(tables=tables, figures={"confidence_hist": figure}, scalars=scalars)
 
 
 def track(model, images, ctx):
-    return {"confidence": float(confidence(model, images, ctx).mean())}
+    return {"confidence": float(confidence(model, images, ctx)[-1].mean())}
 
 
 def columns():
-    return (Column("mean_confidence", "mean confidence", digits=3),)
+    return (Column("mean_confidence", "mean confidence", digits=3, track="confidence", by_rung="confidence"),)
+
+
+def by_layer():
+    return (ByLayer("read_out", "read-out confidence", "confidence", table="confidence_by_layer"),)
 '''
 PROBES_WITH_CONFIDENCE = "analysis.probes=[attention,cls_attention,confidence]"
 
 
 def add_confidence_probe(copy: Path) -> None:
     (copy / "src" / "vitladder" / "analysis" / "probes" / "confidence.py").write_text(CONFIDENCE_PROBE)
+
+
+def add_confidence_probe_here(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """analysis.probes=[..., confidence] in this process: its module in ``folder``, one more place the probes
+    package looks in (a module imported by an earlier test forgotten)."""
+    from vitladder.analysis import probes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "confidence.py").write_text(CONFIDENCE_PROBE)
+    monkeypatch.setattr(probes, "__path__", [*probes.__path__, str(folder)])
+    monkeypatch.delitem(sys.modules, f"{probes.__name__}.confidence", raising=False)
 
 
 def add_stripes_source(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,9 @@
 (conf/step/grad_clip.yaml), a per-head metric (one entry of METRICS), a probe (analysis/probes/confidence.py,
 named in analysis.probes on the command line) and a data source (data/sources/stripes.py), nothing else edited;
 `python train.py` (W&B offline) trains the new rung on the new source, `make ladder` (W&B disabled) trains the
-rest, resumes the new rung and writes the report and the demo. Neither prints library noise (Lightning's tips,
-deprecation notes, the resumed rung's non-empty checkpoint folder, W&B's anonymous note)."""
+rest, resumes the new rung and writes the report and the demo; the report's W&B run (offline) and the saved W&B
+Report follow the probe too. None prints library noise (Lightning's tips, deprecation notes, the resumed rung's
+non-empty checkpoint folder, W&B's anonymous note)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from extensions import (
     GRAD_CLIP_RUNG,
     PROBES_WITH_CONFIDENCE,
     add_confidence_probe,
+    add_confidence_probe_here,
     add_grad_clip_rung,
     add_self_share_metric,
     add_stripes_module,
@@ -26,6 +28,8 @@ from omegaconf import OmegaConf
 
 from vitladder.analysis.outputs import read_csv
 from vitladder.config import rung_names
+from vitladder.report.ladder_report import collect
+from vitladder.report.wandb_workspace import build_wandb_report
 
 # 30 training images of 16 px, 10 held out for validation, 10 test images: two batches of 10 an epoch.
 TINY = [
@@ -49,8 +53,10 @@ def noise(output: str) -> list[str]:
 
 @pytest.mark.slow  # a copy of the project trains nine tiny rungs in two child processes
 def test_a_new_rung_metric_probe_and_source_run_through_train_py_and_make_ladder(
-    repo_root, tmp_path, child_env, wandb_run_reader
+    repo_root, tmp_path, child_env, wandb_run_reader, monkeypatch
 ):
+    import wandb_workspaces.reports.v2 as wr
+
     copy = copy_project(repo_root, tmp_path / "project")
     add_grad_clip_rung(copy)
     add_self_share_metric(copy)
@@ -107,6 +113,27 @@ def test_a_new_rung_metric_probe_and_source_run_through_train_py_and_make_ladder
     assert "| layer-1 self share |" in report and "gradient clipping at norm 1" in report
     assert "self_share" in (ladder / "ladder.csv").read_text().splitlines()[0]
     assert "| mean confidence |" in report and all(row["mean_confidence"] for row in read_csv(ladder / "ladder.csv"))
+    # The probe's per-layer value drawn, one line per rung; its tracked column a panel of tracking_by_epoch.png, where
+    # every rung has a line (none left out); in the report run, a column of report/layers, a chart by layer and one
+    # by rung; in the saved W&B Report, a line per rung against epoch.
+    assert (
+        "![confidence per layer](confidence_by_layer.png)" in report and (ladder / "confidence_by_layer.png").is_file()
+    )
+    tracked = report.split("](tracking_by_epoch.png)\n\n")[1].split("\n")[0]
+    assert "mean confidence" in tracked and "Left out" not in tracked and (ladder / "tracking_by_epoch.png").is_file()
+    quietly(sys.executable, "scripts/report.py", str(ladder), "--wandb-mode", "offline")
+    report_run = wandb_run_reader(next((ladder / "wandb").glob("offline-run-*")))
+    layers = report_run.table("report/layers")
+    read_out = [row[layers["columns"].index("read_out")] for row in layers["data"]]
+    assert len(read_out) == 2 * len(rungs) and all(0 <= value <= 1 for value in read_out)  # depth 2
+    assert {"report/read_out_by_layer", "report/confidence_by_rung"} <= {
+        key.removeprefix("_wandb.visualize.") for key in report_run.config
+    }
+    add_confidence_probe_here(tmp_path / "probes", monkeypatch)  # the saved Report is built here, not in the copy
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", collect(ladder))
+    plots = [panel for block in report.blocks if isinstance(block, wr.PanelGrid) for panel in block.panels]
+    (during,) = [panel for panel in plots if isinstance(panel, wr.LinePlot) and panel.y == ["track/confidence"]]
+    assert during.x == "epoch" and during.title == "mean confidence during training (0 = initialisation)"
     assert (run / "demo" / "index.html").is_file() and (run / "demo" / "data.js").is_file()
 
 

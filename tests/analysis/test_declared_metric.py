@@ -156,14 +156,16 @@ def test_a_declared_metric_reaches_the_ladder_report(tmp_path: Path, toy: HeadMe
     with Image.open(ladder / "self_by_layer.png") as image:
         assert image.format == "PNG"
 
-    tables = report_tables(collect(ladder))
+    results = collect(ladder)
+    tables = report_tables(results)
     columns, layer_table = tables["layers"]
     patch8_rows = [r for r in layer_table if r[0] == "patch8"]
     assert [r[columns.index("self_share")] for r in patch8_rows] == pytest.approx([r["self_share"] for r in rows])
     assert "layer1_self_share" in tables["ladder"][0] and "layer1_self_share" in tables["runs"][0]
-    assert charts()["report/self_share_by_layer"] == ("layers", "layer", "self_share", "rung", "self share by layer")
+    by_layer = ("layers", "layer", "self_share", "rung", "self share by layer")
+    assert charts(results)["report/self_share_by_layer"] == by_layer
     assert (
         "epoch",
         "track/layer1/self_share",
         "layer-1 self share during training (0 = initialisation)",
-    ) in rung_lines()
+    ) in rung_lines(results)

@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 from entry_points import load_script
+from extensions import add_confidence_probe_here
 from PIL import Image
 
+from vitladder.analysis.figures import save_figure
 from vitladder.analysis.outputs import read_csv, write_csv
 from vitladder.analysis.probes import columns
 from vitladder.config import compose_rung, get_rung, rung_names
-from vitladder.report.ladder_report import build_report, collect, mean_ci, t_quantile_975
+from vitladder.report import ladder_report
+from vitladder.report.ladder_report import build_report, collect, figures, mean_ci, t_quantile_975
 from vitladder.report.setting import SETTING_COLUMNS
-from vitladder.report.wandb_run import log_report_to_wandb
+from vitladder.report.wandb_run import charts, log_report_to_wandb, report_tables
+from vitladder.report.wandb_workspace import build_wandb_report, rung_lines
 from vitladder.run_folder import read_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,15 +73,24 @@ def make_run(
     analysed: bool = True,
     finished: bool = True,
     setting: dict | None = None,
+    tracked: dict[int, dict[str, float]] | None = None,
+    probes: list[str] | None = None,
 ) -> Path:
-    """A run folder as train_rung + the analysis callback leave it (only the files the report reads)."""
+    """A run folder as train_rung + the analysis callback leave it (only the files the report reads); ``tracked``:
+    {epoch: {name: value}}, metrics.csv's track/ columns; ``probes``: analysis.probes (None: not recorded)."""
     run = ladder / (rung if seed == 0 else f"{rung}-seed{seed}")
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(
         f"rung: {rung}\nladder: {ladder.name}\nseed: {seed}\nprofile:\n  name: smoke\n"
         "data:\n  source: synthetic\n  test_subset: 500\nanalysis:\n  num_images: 100\n"
-        "wandb:\n  project: vitladder-tests\n"
+        + (f"  probes: [{', '.join(probes)}]\n" if probes else "")
+        + "wandb:\n  project: vitladder-tests\n"
     )
+    tracked = tracked or {}
+    names = sorted({name for values in tracked.values() for name in values})
+    rows = [{"epoch": epoch, **{f"track/{k}": v for k, v in values.items()}} for epoch, values in tracked.items()]
+    rows.append({"step": 3, "lr": 1e-3})  # a learning-rate row: a step, no epoch
+    write_csv(run / "metrics.csv", ["epoch", "step", "lr", *(f"track/{name}" for name in names)], rows)
     patch8 = rung in ("patch8", "augment")
     uniform, uniform_h = (16.064, math.log(17)) if patch8 else (16.546, math.log(65))
     scalars = {}  # the attention probe's numbers in done.json (probes/attention.py), once analysed
@@ -144,7 +157,7 @@ def test_one_seed_full_ladder(tmp_path: Path) -> None:
     assert "52.0%" in text and "| 13.0 |" in text and "15.8 (16.1)" in text and "8.1 (16.5)" in text
     assert "±" not in text.split("## Figures")[0].split("|---|")[1]  # one seed: no intervals in the table
     assert "(patch8/analysis/)" in text and "profile `smoke`" in text and "Not the article's setting" in text
-    for name in ("distance_by_layer.png", "entropy_by_layer.png", "explainer.png"):
+    for name in ("distance_by_layer.png", "entropy_by_layer.png", "tracking_by_epoch.png", "explainer.png"):
         assert f"]({name})" in text
         assert_png(ladder / name)
 
@@ -385,3 +398,107 @@ def test_a_narrower_model_says_so_from_done_json_or_from_an_older_runs_config(tm
     table = (ladder / "report.md").read_text().split("## What each rung trained")[0]
     (row,) = [line for line in table.splitlines() if line.startswith("| `patch8` |")]
     assert "| width 48, not 384 |" in row
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> dict:
+    """The figures the report saves, by file name, kept to read their lines back."""
+    saved = {}
+
+    def keep(figure, path):
+        saved[Path(path).name] = figure
+        return save_figure(figure, path)
+
+    monkeypatch.setattr(ladder_report, "save_figure", keep)
+    return saved
+
+
+def rung_lines_of(ax) -> dict[str, tuple[list, list]]:
+    """A panel's lines but its dashed references: {label: (x, y)}."""
+    return {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+        for line in ax.get_lines()
+        if not line.get_label().startswith("uniform")
+    }
+
+
+def test_the_values_tracked_during_training_are_one_figure_one_line_per_rung(tmp_path: Path, drawn: dict) -> None:
+    ladder = tmp_path / "smoke"
+    distance = {0: 16.5, 1: 15.9, 2: 15.1}
+    make_run(
+        ladder,
+        "patch4",
+        tracked={e: {"layer1/distance_px": d, "position_grid_correlation": -0.1 * e} for e, d in distance.items()},
+    )
+    make_run(ladder, "warmup", seed=0, tracked={0: {"layer1/distance_px": 16.4}, 1: {"layer1/distance_px": 15.0}})
+    make_run(ladder, "warmup", seed=1, tracked={0: {"layer1/distance_px": 16.6}, 1: {"layer1/distance_px": 14.0}})
+    make_run(ladder, "patch8")  # trained before its values were tracked: no track/ column in its metrics.csv
+    text = build_report(ladder).read_text()
+
+    assert_png(ladder / "tracking_by_epoch.png")
+    assert "![tracked during training, one line per rung](tracking_by_epoch.png)" in text
+    assert "Left out, with nothing tracked: `patch8`." in text
+    distance_panel, entropy_panel, positions_panel = drawn["tracking_by_epoch.png"].axes
+    assert [ax.get_title() for ax in (distance_panel, entropy_panel, positions_panel)] == [
+        "layer-1 mean attention distance (px)",
+        "layer-1 entropy (nats)",
+        "position embeddings: ρ(similarity, distance)",
+    ]
+    assert rung_lines_of(distance_panel) == {
+        "patch4": ([0, 1, 2], pytest.approx([16.5, 15.9, 15.1])),
+        "warmup": ([0, 1], pytest.approx([16.5, 14.5])),  # the mean of its two seeds
+    }
+    assert {line.get_label() for line in distance_panel.get_lines()} >= {"uniform, 8x8 grid (16.55)"}
+    assert rung_lines_of(entropy_panel) == {}  # tracked by none of them
+    assert rung_lines_of(positions_panel) == {"patch4": ([0, 1, 2], pytest.approx([0.0, -0.1, -0.2]))}
+    assert positions_panel.get_ylim()[0] < -0.2  # a negative correlation is drawn, not cut off at 0
+
+
+def test_a_probes_declarations_reach_the_report_its_wandb_run_and_the_saved_report(
+    tmp_path: Path, monkeypatch, drawn: dict
+) -> None:
+    """The toy probe of tests/extensions.py, one file in the probes package and named in the runs' analysis.probes:
+    its per-layer value and its columns (tracked, charted by rung) reach the report's figures, the W&B report run's
+    tables and charts and the saved W&B Report's panels, with no other edit."""
+    import wandb_workspaces.reports.v2 as wr
+
+    add_confidence_probe_here(tmp_path / "probes", monkeypatch)
+    probes = ["attention", "cls_attention", "confidence"]
+    ladder = tmp_path / "smoke"
+    for rung, confidence in (("patch4", 0.6), ("warmup", 0.8)):
+        run = make_run(ladder, rung, tracked={0: {"confidence": 0.1}, 1: {"confidence": confidence}}, probes=probes)
+        layers = [{"layer": layer, "read_out": confidence * layer / 6} for layer in range(7)]
+        write_csv(run / "analysis" / "confidence_by_layer.csv", ["layer", "read_out"], layers)
+        (run / "done.json").write_text(json.dumps({**read_summary(run), "mean_confidence": confidence}))
+    text = build_report(ladder).read_text()
+    results = collect(ladder)
+
+    assert "confidence_by_layer.png" in figures(results) and "](confidence_by_layer.png)" in text
+    (panel,) = drawn["confidence_by_layer.png"].axes
+    assert panel.get_ylabel() == "read-out confidence"
+    assert rung_lines_of(panel)["warmup"] == (list(range(7)), pytest.approx([0.8 * layer / 6 for layer in range(7)]))
+    tracked = {ax.get_title(): ax for ax in drawn["tracking_by_epoch.png"].axes}
+    assert rung_lines_of(tracked["mean confidence"]) == {
+        "patch4": ([0, 1], pytest.approx([0.1, 0.6])),
+        "warmup": ([0, 1], pytest.approx([0.1, 0.8])),
+    }
+    assert "mean confidence" in text.split("](tracking_by_epoch.png)")[1].split("\n\n")[1]
+
+    tables = report_tables(results)
+    columns, rows = tables["layers"]
+    patch4 = [row[columns.index("read_out")] for row in rows if row[0] == "patch4"]
+    assert patch4 == pytest.approx([0.6 * layer / 6 for layer in range(7)])
+    by_rung = {(row[0], row[3]): row[4] for row in tables["confidence_by_rung"][1]}
+    assert by_rung == {("patch4", "this project"): 0.6, ("warmup", "this project"): 0.8}
+    chart = charts(results)
+    assert chart["report/read_out_by_layer"] == ("layers", "layer", "read_out", "rung", "read-out confidence by layer")
+    by_rung_chart = ("confidence_by_rung", "rung_index", "mean_confidence", "series", "mean confidence by rung")
+    assert chart["report/confidence_by_rung"] == by_rung_chart
+    during = ("epoch", "track/confidence", "mean confidence during training (0 = initialisation)")
+    assert during in rung_lines(results)
+
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", results)
+    panels = [panel for block in report.blocks if isinstance(block, wr.PanelGrid) for panel in block.panels]
+    assert ["track/confidence"] in [panel.y for panel in panels if isinstance(panel, wr.LinePlot)]
+    custom = {panel.query["summaryTable"]["tableKey"] for panel in panels if isinstance(panel, wr.CustomChart)}
+    assert {"report/read_out_by_layer_table", "report/confidence_by_rung_table"} <= custom

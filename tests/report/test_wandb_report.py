@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from entry_points import load_script
 
+from vitladder.report.ladder_report import collect
 from vitladder.training.wandb_run import report_run_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,12 +98,17 @@ def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, 
 
     from vitladder.report.wandb_workspace import build_wandb_report, rung_lines
 
-    report = build_wandb_report("vit-ladder", "an-entity", "smoke")
+    results = collect(smoke_ladder)
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", results)
     rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
     report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
     reads = panel_reads(report)
     assert len(reads) >= 15 and len({id(runset) for runset, _, _ in reads}) == 2
-    assert {key for _, kind, key in reads if kind == "history"} >= {"epoch", "lr", *(y for _, y, _ in rung_lines())}
+    assert {key for _, kind, key in reads if kind == "history"} >= {
+        "epoch",
+        "lr",
+        *(y for _, y, _ in rung_lines(results)),
+    }
     for runset, kind, key in reads:
         # The run set selects exactly one of the two runs (by group and job type): the panel reads that one.
         (run,) = [r for r in (rung, report_run) if selects(expr_to_filters(runset.filters), r.run)]
@@ -115,6 +121,26 @@ def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, 
             assert run.summary.get(f"{key}._type") == "table-file", (runset.name, key)
         else:
             assert key in run.table(kind.removeprefix("column of "))["columns"], (runset.name, kind, key)
+
+
+def test_the_wandb_report_draws_the_position_embeddings_forming_per_rung(smoke_ladder, wandb_run_reader) -> None:
+    """track/position_grid_correlation against epoch, one line per rung, beside the layer-1 distance and entropy
+    panels; the rung run logged it from initialisation on."""
+    import wandb_workspaces.reports.v2 as wr
+
+    from vitladder.report.wandb_workspace import build_wandb_report
+
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", collect(smoke_ladder))
+    (training,) = [b for b in report.blocks if isinstance(b, wr.PanelGrid) and "rung runs" in b.runsets[0].name]
+    plots = [panel for panel in training.panels if isinstance(panel, wr.LinePlot)]
+    tracked = [panel.y[0] for panel in plots if panel.y[0].startswith("track/")]
+    assert tracked == ["track/layer1/distance_px", "track/layer1/entropy_nats", "track/position_grid_correlation"]
+    (panel,) = [panel for panel in plots if panel.y == ["track/position_grid_correlation"]]
+    assert panel.x == "epoch" and panel.groupby.name == "rung" and panel.groupby_aggfunc == "mean"
+    assert panel.title == "position embeddings: ρ(similarity, distance) during training (0 = initialisation)"
+    rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
+    values = {row["epoch"]: row["track/position_grid_correlation"] for row in rung.history if panel.y[0] in row}
+    assert list(values) == [0, 1, 2] and all(-1 <= value <= 1 for value in values.values())
 
 
 @pytest.mark.parametrize("api_key", [None, "k" * 40], ids=["not-logged-in", "server-unreachable"])

@@ -26,6 +26,7 @@ from vitladder.atomic import atomic_path
 
 __all__ = [
     "plot_cls_attention",
+    "plot_epoch_lines",
     "plot_explainer",
     "plot_heads",
     "plot_layer_lines",
@@ -184,6 +185,21 @@ def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, 
     return fig
 
 
+def _lines(ax, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], references: Mapping[str, float]) -> None:
+    """One line per named series of (x, y) points (e.g. one per rung), reference values dashed; the y-axis from 0
+    (below it for negative values) to a tenth above the highest value."""
+    cmap = colormaps["plasma"]
+    for i, (name, (x, y)) in enumerate(series.items()):
+        ax.plot(x, y, "o-", ms=4, color=cmap(0.9 * i / max(len(series) - 1, 1)), label=name)
+    for style, (name, value) in zip(("--", ":", "-."), references.items()):
+        ax.axhline(value, ls=style, lw=1.2, color="gray", label=name)
+    values = [v for _, y in series.values() for v in y] + list(references.values())
+    if values:  # an empty panel (nothing tracked) keeps matplotlib's axes, without a legend
+        ax.set_ylim(1.1 * min([*values, 0.0]), 1.1 * max([*values, 1e-9]))
+        ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+
+
 @_plain_text
 def plot_layer_lines(
     series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str, title: str
@@ -191,14 +207,25 @@ def plot_layer_lines(
     """One line per named series over the layers (e.g. one per rung), reference values dashed."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    cmap = colormaps["plasma"]
-    for i, (name, values) in enumerate(series.items()):
-        ax.plot(np.arange(len(values)), values, "o-", ms=4, color=cmap(0.9 * i / max(len(series) - 1, 1)), label=name)
-    for style, (name, value) in zip(("--", ":", "-."), references.items()):
-        ax.axhline(value, ls=style, lw=1.2, color="gray", label=name)
+    _lines(ax, {name: (np.arange(len(values)), values) for name, values in series.items()}, references)
     num_layers = max((len(v) for v in series.values()), default=0)
-    top = max([max(v) for v in series.values() if len(v)] + list(references.values()) + [1e-9])
-    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=np.arange(num_layers), ylim=(0, 1.1 * top))
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
+    ax.set(xlabel="layer", ylabel=ylabel, title=title, xticks=np.arange(num_layers))
+    return fig
+
+
+@_plain_text
+def plot_epoch_lines(
+    panels: Sequence[tuple[str, Mapping[str, tuple[Sequence[float], Sequence[float]]], Mapping[str, float]]],
+    title: str,
+) -> Figure:
+    """One panel per (label, series, references): each series' values against epochs trained, one line per name
+    (e.g. one per rung), reference values dashed."""
+    fig = Figure(figsize=(5 * len(panels), 4))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (label, series, references) in zip(axes, panels):
+        _lines(ax, series, references)
+        ax.set_xlabel("epochs trained (0: initialisation)")
+        ax.set_title(label, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(title)
     return fig

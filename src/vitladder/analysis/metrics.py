@@ -177,8 +177,9 @@ class HeadMetric:
     run's layers table;
     ``"report"``: also layer 1 in done.json and a layer-1 column (with its uniform value) of the ladder
     report: report.md, ladder.csv and the W&B report run's ladder table;
-    ``"figures"``: also tracked during training (tracking.csv, ``track/`` keys, locality.png), a per-head
-    figure ``<short>.png`` per run and ``<short>_by_layer.png``.
+    ``"figures"``: also tracked during training (tracking.csv, ``track/`` keys, locality.png; layer 1 in the
+    report's tracking_by_epoch.png and the W&B Report), a per-head figure ``<short>.png`` per run and
+    ``<short>_by_layer.png``.
     """
 
     name: str  # CSV column, W&B key and table column, with its unit: "distance_px"

@@ -1,10 +1,12 @@
 """The ladder report: every finished rung's accuracy and attention beside the reference figures.
 
 ``build_report(ladder_dir)`` reads ``<ladder>/<rung>/`` and ``<ladder>/<rung>-seed<k>/`` folders that
-hold a ``done.json`` (and, once analysed, ``analysis/layers.csv``) and writes into ``ladder_dir``:
-``report.md``, ``ladder.csv``, ``<short>_by_layer.png`` for each metric shown in figures
-(``distance_by_layer.png``, ``entropy_by_layer.png``) and ``explainer.png``. With several seeds per
-rung the numbers are means with a 95% Student-t interval. ``report.wandb_run.log_report_to_wandb`` puts
+hold a ``done.json`` (and, once analysed, the probes' tables under ``analysis/``; the values tracked during
+training from ``metrics.csv``) and writes into ``ladder_dir``: ``report.md``, ``ladder.csv``,
+``<short>_by_layer.png`` for each per-layer value the probes draw (``distance_by_layer.png``,
+``entropy_by_layer.png``), ``tracking_by_epoch.png`` (each tracked column against epoch, one line per rung)
+and ``explainer.png``: what the configured probes declare (``columns()``, ``by_layer()``). With several seeds
+per rung the numbers are means with a 95% Student-t interval. ``report.wandb_run.log_report_to_wandb`` puts
 the same tables and charts in the ladder's one W&B report run.
 """
 
@@ -16,10 +18,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from vitladder.analysis.figures import plot_explainer, plot_layer_lines, save_figure
+from vitladder.analysis.figures import plot_epoch_lines, plot_explainer, plot_layer_lines, save_figure
 from vitladder.analysis.metrics import declared
-from vitladder.analysis.outputs import read_analysis_csv, write_csv
-from vitladder.analysis.probes import Column, columns, probe_names
+from vitladder.analysis.outputs import history_rows, read_analysis_csv, read_csv, write_csv
+from vitladder.analysis.probes import ByLayer, Column, by_layer, columns, probe_names
 from vitladder.atomic import write_text
 from vitladder.config import CONF_DIR, get_rung, rung_names
 from vitladder.errors import UserError
@@ -35,16 +37,30 @@ __all__ = [
     "ladder_columns",
     "probe_columns",
     "mean_ci",
+    "probe_layers",
+    "probes_of",
     "t_quantile_975",
 ]
 
+TRACKING_PNG = "tracking_by_epoch.png"
 
-def probe_columns(results: list[RungResult]) -> tuple[Column, ...]:
-    """The columns of the probes the runs ran (their config's analysis.probes, in order of first appearance;
-    the default list for runs that name none), as each probe declares them (``columns()``)."""
+
+def probes_of(results: list[RungResult]) -> list[str]:
+    """The probes the runs ran: their config's analysis.probes, in order of first appearance; the default list for
+    runs that name none."""
     named = [n for r in results for run in r.runs for n in run.config.get("analysis", {}).get("probes", ())]
     known = [name for name in dict.fromkeys(named) if name in probe_names()]
-    return columns(known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes))
+    return known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes)
+
+
+def probe_columns(results: list[RungResult]) -> tuple[Column, ...]:
+    """The columns of the probes the runs ran, as each probe declares them (``columns()``)."""
+    return columns(probes_of(results))
+
+
+def probe_layers(results: list[RungResult]) -> tuple[ByLayer, ...]:
+    """The per-layer values of the probes the runs ran, as each probe declares them (``by_layer()``)."""
+    return by_layer(probes_of(results))
 
 
 def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
@@ -59,9 +75,12 @@ def ci_columns(results: list[RungResult]) -> tuple[str, ...]:
     return ("n_seeds", *(f"{key}_ci95" for key in keys))
 
 
-def figures() -> tuple[str, ...]:
-    """The report's PNGs: each metric shown in figures per layer, one line per rung; the explainer."""
-    return (*(f"{m.short}_by_layer.png" for m in declared("figures")), "explainer.png")
+def figures(results: list[RungResult]) -> tuple[str, ...]:
+    """The report's PNGs: each per-layer value drawn, one line per rung; the tracked columns against epoch (when a
+    probe tracks one); the explainer."""
+    drawn = [f"{value.short}_by_layer.png" for value in probe_layers(results) if value.figure]
+    tracked = [TRACKING_PNG] if any(column.track for column in probe_columns(results)) else []
+    return (*drawn, *tracked, "explainer.png")
 
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
@@ -101,8 +120,29 @@ class RunRecord:
     seed: int
     path: Path
     done: dict
-    layers: list[dict] = field(default_factory=list)  # rows of analysis/layers.csv, as floats
     config: dict = field(default_factory=dict)
+    read: dict[Path, list[dict]] = field(default_factory=dict, repr=False)  # the files read so far
+
+    def _rows(self, path: Path, rows_of) -> list[dict]:
+        if path not in self.read:
+            try:
+                self.read[path] = rows_of(path) if path.is_file() else []
+            except (ValueError, TypeError) as error:
+                raise UserError(
+                    f"{path}: unreadable ({error}); delete it and rerun the rung or scripts/analyze.py"
+                ) from None
+        return self.read[path]
+
+    def table(self, name: str) -> list[dict]:
+        """The rows of analysis/<name>.csv as floats ([] when not written)."""
+        return self._rows(
+            RunPaths(self.path).analysis / f"{name}.csv",
+            lambda path: [{k: float(v) for k, v in row.items()} for row in read_analysis_csv(path)],
+        )
+
+    def history(self) -> list[dict]:
+        """The values tracked during training, metrics.csv's ``track/<name>``: ``{"epoch": e, name: value}`` rows."""
+        return self._rows(RunPaths(self.path).metrics_csv, lambda path: history_rows(read_csv(path), prefix="track/"))
 
 
 @dataclass
@@ -122,27 +162,32 @@ class RungResult:
         done = [{"model": run.config.get("model"), **run.done} for run in self.runs]
         return setting_row(done, get_rung(self.rung).reference.get("epochs"), number)
 
-    def by_layer(self, key: str) -> list[float]:
-        """The per-layer mean over seeds of a layers.csv column (empty when not analysed, or written before the
-        column's metric was declared)."""
-        per_seed = [[float(r[key]) for r in run.layers] for run in self.runs if run.layers and key in run.layers[0]]
+    def by_layer(self, key: str, table: str = "layers") -> list[float]:
+        """The per-layer mean over seeds of a column of ``<table>.csv`` (empty when not analysed, or written before
+        the column was declared)."""
+        rows = [run.table(table) for run in self.runs]
+        per_seed = [[r[key] for r in seed] for seed in rows if seed and key in seed[0]]
         return [sum(col) / len(col) for col in zip(*per_seed)] if per_seed else []
+
+    def tracked(self, name: str) -> dict[int, float]:
+        """``{epoch: the mean over the seeds that tracked it}`` of a value tracked during training ({} when none)."""
+        per_epoch: dict[int, list[float]] = {}
+        for run in self.runs:
+            for row in run.history():
+                if name in row:
+                    per_epoch.setdefault(int(row["epoch"]), []).append(row[name])
+        return {epoch: sum(values) / len(values) for epoch, values in sorted(per_epoch.items())}
 
 
 def _read_run(path: Path) -> RunRecord | None:
     parsed, paths = parse_run_name(path.name), RunPaths(path)
     if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, a set-aside run
         return None
-    layers_csv = paths.layers_csv
     try:
         done = read_summary(path)
-        layers = (
-            [{k: float(v) for k, v in r.items()} for r in read_analysis_csv(layers_csv)] if layers_csv.is_file() else []
-        )
     except (ValueError, TypeError) as error:
         raise UserError(
-            f"{path}: unreadable done.json or analysis/layers.csv ({error}); "
-            "delete the file and rerun the rung or scripts/analyze.py"
+            f"{path}: unreadable done.json ({error}); delete the file and rerun the rung or scripts/analyze.py"
         ) from None
     config = {}
     if paths.config.is_file():
@@ -150,7 +195,7 @@ def _read_run(path: Path) -> RunRecord | None:
 
         config = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
     rung, seed = parsed
-    return RunRecord(rung, int(done.get("seed", seed)), path, done, layers, config)
+    return RunRecord(rung, int(done.get("seed", seed)), path, done, config)
 
 
 def collect(ladder_dir: str | Path) -> list[RungResult]:
@@ -262,7 +307,8 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         )
     row = "| `{rung}` | {epochs} | {steps} | {data} | {train_images} | {test_images} | {analysed} |"
     trained = [row.format(rung=r.rung, **r.setting()) for r in results]
-    per_layer = [line for m in declared("figures") for line in (f"![{m.short} per layer]({m.short}_by_layer.png)", "")]
+    drawn = [value.short for value in probe_layers(results) if value.figure]
+    per_layer = [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
     lines += [
         "",
@@ -285,6 +331,7 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         "## Figures",
         "",
         *per_layer,
+        *_tracking_lines(results),
         "![three made-up heads](explainer.png)",
         "",
         f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}"
@@ -304,6 +351,56 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def _tracking_lines(results: list[RungResult]) -> list[str]:
+    """report.md's lines on tracking_by_epoch.png: what it draws, and the rungs left out of it (none tracked)."""
+    tracked = [column for column in probe_columns(results) if column.track]
+    if not tracked:
+        return []
+    names = "; ".join(column.header or column.key for column in tracked)
+    text = (
+        f"Tracked during training, a panel each: {names}. One line per rung (the mean over its seeds) from "
+        "initialisation (epoch 0) on, as each run's metrics.csv holds it (`track/`)."
+    )
+    untracked = [r.rung for r in results if not any(r.tracked(column.track) for column in tracked)]
+    if untracked:
+        text += f" Left out, with nothing tracked: {', '.join(f'`{rung}`' for rung in untracked)}."
+    return [f"![tracked during training, one line per rung]({TRACKING_PNG})", "", text, ""]
+
+
+def _uniform_lines(results: list[RungResult], uniform: dict[str, list[float]]) -> dict[str, float]:
+    """A figure's dashed lines: each rung's value under uniform attention (``uniform``: rung -> values, the first
+    one drawn), one line per value, with the patch grid it is of."""
+    lines = {}
+    for result in results:
+        if uniform.get(result.rung):
+            value, grid = uniform[result.rung][0], _grid(result)
+            where = f", {grid}x{grid} grid" if grid else ""
+            lines[f"uniform{where} ({value:.2f})"] = value
+    return lines
+
+
+def _save_figures(results: list[RungResult], ladder_dir: Path) -> None:
+    """The PNGs of figures(): the per-layer values drawn, one line per rung, and the tracked columns against epoch."""
+    for value in probe_layers(results):  # <short>_by_layer.png, the uniform values dashed
+        if not value.figure:
+            continue
+        series = {r.rung: r.by_layer(value.name, value.table) for r in results if r.by_layer(value.name, value.table)}
+        uniform = {r.rung: r.by_layer(value.uniform, value.table) for r in results} if value.uniform else {}
+        title = f"{ladder_dir.name}: {value.label} per layer, every rung"
+        figure = plot_layer_lines(series, _uniform_lines(results, uniform), value.axis_label, title)
+        save_figure(figure, ladder_dir / f"{value.short}_by_layer.png")
+    panels = []
+    for column in [column for column in probe_columns(results) if column.track]:  # tracking_by_epoch.png
+        points = {r.rung: r.tracked(column.track) for r in results}
+        series = {rung: (list(by_epoch), list(by_epoch.values())) for rung, by_epoch in points.items() if by_epoch}
+        uniform = {r.rung: r.values(column.uniform) for r in results if r.rung in series} if column.uniform else {}
+        panels.append((column.header or column.key, series, _uniform_lines(results, uniform)))
+    if panels:
+        title = f"{ladder_dir.name}: during training, every rung"
+        save_figure(plot_epoch_lines(panels, title), ladder_dir / TRACKING_PNG)
+    save_figure(plot_explainer(), ladder_dir / "explainer.png")
+
+
 def _grid(result: RungResult) -> int | None:
     """The rung's patch grid side, from the uniform entropy ln T of its layers.csv (T = 1 + g*g)."""
     uniform_entropy = result.by_layer("uniform_entropy_nats")
@@ -317,20 +414,7 @@ def build_report(ladder_dir: str | Path) -> Path:
     several = any(len(r.runs) > 1 for r in results)
     csv_columns = ladder_columns(results) + SETTING_COLUMNS + (ci_columns(results) if several else ())
     write_csv(ladder_dir / "ladder.csv", csv_columns, _csv_rows(results, several))
-    for metric in declared("figures"):  # <short>_by_layer.png: one line per rung, the uniform values dashed
-        series = {r.rung: r.by_layer(metric.name) for r in results if r.by_layer(metric.name)}
-        refs = {}
-        for r in results:
-            uniform = r.by_layer(f"uniform_{metric.name}")
-            if uniform:
-                grid = _grid(r)
-                where = f", {grid}x{grid} grid" if grid else ""
-                refs[f"uniform{where} ({uniform[0]:.2f})"] = uniform[0]
-        title = f"{ladder_dir.name}: {metric.label} per layer, every rung"
-        save_figure(
-            plot_layer_lines(series, refs, metric.axis_label, title), ladder_dir / f"{metric.short}_by_layer.png"
-        )
-    save_figure(plot_explainer(), ladder_dir / "explainer.png")
+    _save_figures(results, ladder_dir)
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))
     return report

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from vitladder.analysis.metrics import declared
 from vitladder.config import get_rung, rung_index, rung_names
 from vitladder.config_schema import ReferenceFigures
-from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci
+from vitladder.report.ladder_report import RungResult, collect, figures, mean_ci, probe_columns, probe_layers
 from vitladder.report.ladder_report import ladder_columns as csv_columns
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.run_folder import RunPaths, final_model
@@ -27,29 +26,34 @@ __all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_artifacts"]
 PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
 
 
-def charts() -> dict[str, tuple[str, str, str, str, str]]:
+def charts(results: list[RungResult]) -> dict[str, tuple[str, str, str, str, str]]:
     """Custom charts: key -> (table, x, y, stroke, title); wandb.plot.line stores each table as "<key>_table".
-    Test accuracy and layer-1 distance by rung beside the reference, and each metric shown in figures by layer."""
-    return {
-        "report/test_acc_by_rung": (
-            "test_acc_by_rung",
+    Test accuracy and each probe column with a chart by rung (``Column.by_rung``) by rung beside the reference, and
+    each per-layer value the probes draw (``ByLayer.figure``) by layer."""
+    test_acc = (
+        "test_acc_by_rung",
+        "rung_index",
+        "test_acc",
+        "series",
+        "test accuracy by rung (rung_index: 0 = the first rung)",
+    )
+    by_rung = {
+        f"report/{c.by_rung}_by_rung": (
+            f"{c.by_rung}_by_rung",
             "rung_index",
-            "test_acc",
+            c.key,
             "series",
-            "test accuracy by rung (rung_index: 0 = the first rung)",
-        ),
-        "report/layer1_distance_by_rung": (
-            "layer1_distance_by_rung",
-            "rung_index",
-            "layer1_distance_px",
-            "series",
-            "layer-1 mean attention distance (px) by rung",
-        ),
-        **{
-            f"report/{m.name}_by_layer": ("layers", "layer", m.name, "rung", f"{m.axis_label} by layer")
-            for m in declared("figures")
-        },
+            f"{c.header or c.key} by rung",
+        )
+        for c in probe_columns(results)
+        if c.by_rung
     }
+    by_layer = {
+        f"report/{value.name}_by_layer": ("layers", "layer", value.name, "rung", f"{value.axis_label} by layer")
+        for value in probe_layers(results)
+        if value.figure
+    }
+    return {"report/test_acc_by_rung": test_acc, **by_rung, **by_layer}
 
 
 def _seeds(result: RungResult) -> str:
@@ -78,7 +82,8 @@ def _series_rows(result: RungResult | None, rung: str, key: str) -> list[list]:
 
 def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[list]]]:
     """{table name: (columns, rows)}: ladder (per rung, every rung of the ladder, with the reference),
-    runs (per run), layers (per rung and layer, mean over seeds) and the long tables of the by-rung charts."""
+    runs (per run), layers (per rung and layer, mean over seeds: each per-layer value of the probes) and the long
+    tables of the by-rung charts."""
     by_rung = {r.rung: r for r in results}
     stats = csv_columns(results)[1:]
     ladder_columns = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
@@ -118,11 +123,11 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
         for one in [RungResult(r.rung, [run])]
     ]
 
-    shown = [m.name for m in declared("wandb")]
-    layers_columns = ["rung", "rung_index", "seeds", "layer", *shown]
+    shown = probe_layers(results)
+    layers_columns = ["rung", "rung_index", "seeds", "layer", *(value.name for value in shown)]
     layers = []
     for r in results:
-        per_layer = {name: r.by_layer(name) for name in shown}  # a metric declared after the run: None
+        per_layer = {value.name: r.by_layer(value.name, value.table) for value in shown}  # declared after the run: None
         num_layers = max(map(len, per_layer.values()), default=0)
         layers += [
             [
@@ -137,20 +142,22 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
 
     by_rung_columns = ["rung", "rung_index", "seeds", "series"]
     test_acc = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "test_acc")]
-    distance = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, "layer1_distance_px")]
-    for rung in rung_names():  # the uniform baseline the distances are read against
-        result = by_rung.get(rung)
-        uniform, _ = _mean(result.values("uniform_distance_px")) if result else (None, None)
-        uniform = uniform if uniform is not None else get_rung(rung).reference.get("uniform_distance_px")
-        if uniform is not None:
-            distance.append([rung, rung_index(rung), _seeds(result) if result else "", UNIFORM, uniform])
-    return {
+    tables = {
         "ladder": (ladder_columns, ladder),
         "runs": (runs_columns, runs),
         "layers": (layers_columns, layers),
         "test_acc_by_rung": ([*by_rung_columns, "test_acc"], test_acc),
-        "layer1_distance_by_rung": ([*by_rung_columns, "layer1_distance_px"], distance),
     }
+    for column in (column for column in probe_columns(results) if column.by_rung):
+        rows = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, column.key)]
+        for rung in rung_names() if column.uniform else ():  # the uniform baseline the values are read against
+            result = by_rung.get(rung)
+            uniform, _ = _mean(result.values(column.uniform)) if result else (None, None)
+            uniform = uniform if uniform is not None else get_rung(rung).reference.get(column.uniform)
+            if uniform is not None:
+                rows.append([rung, rung_index(rung), _seeds(result) if result else "", UNIFORM, uniform])
+        tables[f"{column.by_rung}_by_rung"] = ([*by_rung_columns, column.key], rows)
+    return tables
 
 
 def rung_artifacts(results: list[RungResult], ladder: str) -> list:
@@ -211,9 +218,9 @@ def log_report_to_wandb(
         rows_of = report_tables(results)
         tables = {name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in rows_of.items()}
         payload: dict = {f"report/{name}": tables[name] for name in ("ladder", "runs", "layers")}
-        for key, (table, x, y, stroke, title) in charts().items():
+        for key, (table, x, y, stroke, title) in charts(results).items():
             payload[key] = wandb.plot.line(tables[table], x, y, stroke=stroke, title=title)
-        payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures()})
+        payload.update({f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures(results)})
         run.log(payload)
         columns, ladder = rows_of["ladder"]
         run.summary.update(
@@ -227,7 +234,7 @@ def log_report_to_wandb(
         artifact = wandb.Artifact(
             safe_name(f"report-{group}"), type="report", metadata={"ladder": group, "rungs": [r.rung for r in results]}
         )
-        for name in ("report.md", "ladder.csv", *figures()):
+        for name in ("report.md", "ladder.csv", *figures(results)):
             artifact.add_file(str(ladder_dir / name), name=name)
         run.log_artifact(artifact, aliases=["latest"])
         return run.id

@@ -2,25 +2,27 @@
 
 Two run sets: the ladder's rung runs (group = the ladder) and its report run. The panels read only
 keys the project logs: the report run's tables and custom-chart tables (``report.wandb_run``), the
-rung runs' epoch-level metrics against ``epoch``, ``lr`` against the optimizer step, and their per-head
-tables. Rungs with several seeds are one line each: runs grouped by ``config.rung``, mean and standard
-error across seeds.
+rung runs' epoch-level metrics and the values the probes track (``Column.track``) against ``epoch``,
+``lr`` against the optimizer step, and their per-head tables. Rungs with several seeds are one line
+each: runs grouped by ``config.rung``, mean and standard error across seeds.
 """
 
 from __future__ import annotations
 
-from vitladder.analysis.metrics import declared
+from vitladder.report.ladder_report import RungResult, probe_columns
 from vitladder.report.wandb_run import charts
 
 __all__ = ["build_wandb_report", "rung_lines"]
 
 
-def rung_lines() -> tuple[tuple[str, str, str], ...]:
-    """(x, y, title) of the line plots over the rung runs, one line per rung: accuracy, loss, layer 1 of each
-    metric tracked in training, the learning rate."""
+def rung_lines(results: list[RungResult]) -> tuple[tuple[str, str, str], ...]:
+    """(x, y, title) of the line plots over the rung runs, one line per rung: accuracy, loss, each probe column
+    tracked in training (layer-1 distance and entropy, the position embeddings' grid correlation), the learning
+    rate."""
     tracked = tuple(
-        ("epoch", f"track/layer1/{m.name}", f"layer-1 {m.axis_label} during training (0 = initialisation)")
-        for m in declared("figures")
+        ("epoch", f"track/{column.track}", f"{column.header or column.key} during training (0 = initialisation)")
+        for column in probe_columns(results)
+        if column.track
     )
     return (
         ("epoch", "val/acc", "validation accuracy"),
@@ -50,8 +52,9 @@ def _chart(key: str, title: str, x: str, y: str, stroke: str):
     )
 
 
-def build_wandb_report(project: str, entity: str, ladder: str):
-    """The Report object (not saved): ``report.save()`` publishes it."""
+def build_wandb_report(project: str, entity: str, ladder: str, results: list[RungResult]):
+    """The Report object (not saved) over the ladder's finished rungs ``results`` (``ladder_report.collect``: which
+    probes they ran): ``report.save()`` publishes it."""
     import wandb_workspaces.reports.v2 as wr
 
     quoted = ladder.replace("'", "\\'")
@@ -69,7 +72,7 @@ def build_wandb_report(project: str, entity: str, ladder: str):
     )
     wide, half = wr.Layout(w=24, h=10), wr.Layout(w=12, h=8)
     ladder_panels = [wr.WeavePanelSummaryTable(table_name="report/ladder", layout=wide)]
-    ladder_panels += [_chart(key, title, x, y, stroke) for key, (_, x, y, stroke, title) in charts().items()]
+    ladder_panels += [_chart(key, title, x, y, stroke) for key, (_, x, y, stroke, title) in charts(results).items()]
     ladder_panels += [wr.WeavePanelSummaryTable(table_name="report/runs", layout=wide)]
     rung_panels = [
         wr.LinePlot(
@@ -81,7 +84,7 @@ def build_wandb_report(project: str, entity: str, ladder: str):
             groupby_rangefunc="stderr",
             layout=half,
         )
-        for x, y, title in rung_lines()
+        for x, y, title in rung_lines(results)
     ]
     rung_panels += [wr.WeavePanelSummaryTable(table_name="analysis/heads", layout=wide)]
     return wr.Report(

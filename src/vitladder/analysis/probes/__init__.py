@@ -5,9 +5,10 @@ Result``: from the model (eval mode, no gradients, on the training device), the 
 uint8 on that device with their labels ``(N,)``, and a frozen :class:`Context`, its tables, figures and scalars.
 Optionally ``track(model, images, ctx) -> {name: float}``, measured during training on the tracking images
 (logged as ``track/<name>`` against ``epoch``, kept in the checkpointed history that ``ctx.history`` hands to
-``run``), and ``columns() -> (Column, ...)``, how the ladder report shows its scalars. Everything else (the CSV and PNG
-files, W&B, done.json, the ladder report) loops over the configured probes; modules whose name starts with
-``_`` are helpers, not probes (as ``data/sources/`` does).
+``run``), ``columns() -> (Column, ...)``, how the ladder report shows its scalars (and their tracked values), and
+``by_layer() -> (ByLayer, ...)``, the per-layer columns of its tables the ladder report draws. Everything else (the
+CSV and PNG files, W&B, done.json, the ladder report and its W&B run and Report) loops over the configured probes;
+modules whose name starts with ``_`` are helpers, not probes (as ``data/sources/`` does).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ if TYPE_CHECKING:  # discovery (probe_names, the config's check) imports neither
     from vitladder.data.stats import ChannelStats
 
 __all__ = [
+    "ByLayer",
     "Chart",
     "Column",
     "Context",
     "Result",
+    "by_layer",
     "columns",
     "probe_named",
     "probe_names",
@@ -84,7 +87,11 @@ class Column:
     """A scalar as the ladder report shows it: ladder.csv's column ``key`` (the mean over seeds, with
     ``<key>_ci95`` when ``ci``) and, with a ``header``, a report.md column: the mean (± 95% CI when ``ci``)
     in ``digits`` decimals, or ``text(values)`` where given (``values(key)``: one value per seed).
-    ``reference(figures)``: a "ref." cell beside it from the rung's reference figures."""
+    ``reference(figures)``: a "ref." cell beside it from the rung's reference figures. ``track``: the name of its
+    value tracked during training (``track/<track>``): a line per rung against epoch in the W&B Report and in the
+    report's tracking_by_epoch.png. ``by_rung``: a chart of it by rung in the W&B report run,
+    ``report/<by_rung>_by_rung``, beside the rung's reference figure of the same key. ``uniform``: the column of
+    its value under uniform attention, drawn in both as the baseline."""
 
     key: str
     header: str | None = None
@@ -92,6 +99,29 @@ class Column:
     ci: bool = True
     reference: Callable[[Mapping], str] | None = None
     text: Callable[[Callable[[str], list[float]]], str] | None = None
+    track: str | None = None
+    by_rung: str | None = None
+    uniform: str | None = None
+
+
+@dataclass(frozen=True)
+class ByLayer:
+    """A per-layer value as the ladder report draws it: column ``name`` of the run's ``<table>.csv`` (one row per
+    layer), the mean over seeds: a column of the W&B report run's ``layers`` table and, with ``figure``, a line per
+    rung in the report's ``<short>_by_layer.png`` (the column ``uniform`` dashed) and the chart
+    ``report/<name>_by_layer``."""
+
+    name: str
+    label: str  # what it measures, for titles: "mean attention distance"
+    short: str  # one word for the file name
+    unit: str = ""
+    table: str = "layers"
+    uniform: str | None = None
+    figure: bool = True
+
+    @property
+    def axis_label(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
 
 
 def probe_names() -> list[str]:
@@ -106,9 +136,19 @@ def probe_named(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
+def _declared(names: Sequence[str], kind: str) -> tuple:
+    """What the probes ``names`` declare with their function ``kind`` (none without one), in their order."""
+    return tuple(item for name in names for item in getattr(probe_named(name), kind, tuple)())
+
+
 def columns(names: Sequence[str]) -> tuple[Column, ...]:
     """The ladder report's columns of the probes ``names``, in their order."""
-    return tuple(column for name in names for column in getattr(probe_named(name), "columns", tuple)())
+    return _declared(names, "columns")
+
+
+def by_layer(names: Sequence[str]) -> tuple[ByLayer, ...]:
+    """The per-layer values the ladder report draws of the probes ``names``, in their order."""
+    return _declared(names, "by_layer")
 
 
 def run_probes(

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from vitladder.analysis import figures
 from vitladder.analysis.metrics import HeadMetric, declared
-from vitladder.analysis.probes import Chart, Column, Context, Result
+from vitladder.analysis.probes import ByLayer, Chart, Column, Context, Result
 from vitladder.analysis.summary import AttentionSummary, analyse, headline_layer
 from vitladder.config_schema import ReferenceFigures
 
@@ -112,14 +112,40 @@ def _reference(metric: HeadMetric):
 
 
 def columns() -> tuple[Column, ...]:
-    """Layer 1 of each metric shown in the report, the article's figure beside it, and its uniform value
-    (read when called: a test may declare a metric)."""
+    """Layer 1 of each metric shown in the report, the article's figure beside it (and a chart by rung), and its
+    uniform value; the metrics shown in figures tracked (read when called: a test may declare a metric)."""
 
     def unit(m: HeadMetric) -> str:
         return f" ({m.unit})" if m.unit else ""
 
     columns = []
     for m in declared("report"):
-        columns.append(Column(f"layer1_{m.name}", f"layer-1 {m.label}{unit(m)}", m.digits, reference=_reference(m)))
-        columns += [Column(f"uniform_{m.name}", f"uniform{unit(m)}", m.digits, ci=False)] if m.uniform else []
+        reference, uniform = _reference(m), f"uniform_{m.name}" if m.uniform else None
+        columns.append(
+            Column(
+                f"layer1_{m.name}",
+                f"layer-1 {m.label}{unit(m)}",
+                m.digits,
+                reference=reference,
+                track=f"layer1/{m.name}" if m.shown == "figures" else None,
+                by_rung=f"layer1_{m.short}" if reference else None,
+                uniform=uniform,
+            )
+        )
+        columns += [Column(uniform, f"uniform{unit(m)}", m.digits, ci=False)] if uniform else []
     return tuple(columns)
+
+
+def by_layer() -> tuple[ByLayer, ...]:
+    """layers.csv's metrics shown beyond the CSVs; those shown in figures drawn (read when called, as columns)."""
+    return tuple(
+        ByLayer(
+            m.name,
+            m.label,
+            m.short,
+            m.unit,
+            uniform=f"uniform_{m.name}" if m.uniform else None,
+            figure=m.shown == "figures",
+        )
+        for m in declared("wandb")
+    )

@@ -30,4 +30,4 @@ def run(model: nn.Module, images: Tensor, labels: Tensor, ctx: Context) -> Resul
 
 
 def columns() -> tuple[Column, ...]:
-    return (Column(KEY, "position embeddings: ρ(similarity, distance)", digits=2),)
+    return (Column(KEY, "position embeddings: ρ(similarity, distance)", digits=2, track=KEY),)
