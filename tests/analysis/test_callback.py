@@ -60,7 +60,6 @@ def test_final_analysis_files_match_the_final_model(fitted_run) -> None:
     assert torch.allclose(got[..., 1], again.heads["entropy_nats"], atol=1e-4)
     assert fitted_run.callback.scalars["analysis_images"] == 40
     assert "test image 3 " in results["cls_attention"].figures["cls_attention"].get_suptitle()
-    assert fitted_run.callback.seconds < 60
 
 
 def test_tracked_metrics_reach_the_csv_logger(fitted_run) -> None:
