@@ -16,8 +16,8 @@ def main(cfg: DictConfig) -> float:
     require_rung(cfg.rung)
     overrides = list(HydraConfig.get().overrides.task)
     validate(cfg, overrides)  # again in the job: a multirun or SLURM job may not come from this command line
+    from vitladder.pipeline import train_rung  # heavy imports after Hydra has parsed the command line
     from vitladder.training.ranks import started_for_another_rank
-    from vitladder.training.run import train_rung  # heavy imports after Hydra has parsed the command line
 
     summary = train_rung(cfg, overrides=overrides)
     if not started_for_another_rank():  # rank 0 says it once

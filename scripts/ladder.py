@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from vitladder.devtools.estimate import estimate_ladder
+    from vitladder.pipeline import train_rung
     from vitladder.training.ladder import (
         LONG_LADDER_S,
         data_overrides,
@@ -33,7 +34,6 @@ def main(argv: list[str] | None = None) -> None:
         train_alongside,
     )
     from vitladder.training.ranks import started_for_another_rank
-    from vitladder.training.run import train_rung
     from vitladder.training.wandb_run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]

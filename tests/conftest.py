@@ -155,9 +155,9 @@ def smoke_ladder(tmp_path_factory) -> Path:
     """A one-rung ladder (patch4, 2 epochs, lr logged every step) with its report built twice, W&B offline:
     shared by the tests that read W&B records back. Do not modify it: copy what a test changes."""
     from vitladder.config import compose_rung
+    from vitladder.pipeline import train_rung
     from vitladder.report.ladder_report import build_report
     from vitladder.report.wandb_run import log_report_to_wandb
-    from vitladder.training.run import train_rung
 
     root = tmp_path_factory.mktemp("wandb-ladder")
     cfg = compose_rung(

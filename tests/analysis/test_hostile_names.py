@@ -24,8 +24,8 @@ from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.demo.export import export_demo
 from vitladder.demo.pack import read_data_js
 from vitladder.model import ViTConfig, build_vit
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
-from vitladder.training.run import train_rung
 
 HOSTILE = ("price_$", "a$b$c", "<b>x</b>", "new\nline", r"\frac{1}{0}^_", "</script><!--", "x" * 300)
 

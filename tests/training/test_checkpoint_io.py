@@ -21,12 +21,12 @@ from tiny_data import tiny_data
 from vitladder.cli import reports_user_errors
 from vitladder.config import compose_rung
 from vitladder.errors import CheckpointError
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
 from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, saves_in
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.training.run import train_rung
 
 TINY = [
     *tiny_data(num_train=700, num_test=100, val_size=100, batch_size=50),

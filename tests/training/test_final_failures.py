@@ -19,13 +19,13 @@ from entry_points import load_script
 from omegaconf import OmegaConf
 
 from vitladder.errors import UserError, describe_os_error
+from vitladder.pipeline import train_rung
 from vitladder.quiet import one_line
 from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
 from vitladder.training import run as run_module
 from vitladder.training.ladder import plan_ladder
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.training.run import train_rung
 
 REPLACE = os.replace
 

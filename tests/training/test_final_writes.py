@@ -28,11 +28,11 @@ from vitladder.analysis.probes import columns
 from vitladder.config import compose_rung
 from vitladder.data.device_batches import DeviceBatches
 from vitladder.model import ViTConfig, build_vit
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
 from vitladder.training import run as run_module
 from vitladder.training.resume import checkpoint_epoch
-from vitladder.training.run import train_rung
 
 REPLACE = os.replace
 

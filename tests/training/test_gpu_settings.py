@@ -21,6 +21,7 @@ from vitladder import cuda_choices
 from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.config import compose_rung
 from vitladder.cuda_choices import CudaChoices
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
 from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
@@ -222,11 +223,11 @@ def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_
     runs = [patch8, PlannedRun("epochs200", 0, compose_rung("epochs200", longer[1:]), longer)]
     estimate = lambda cfgs: [1.0] * len(cfgs)  # noqa: E731 - the ladder's time estimate is not this test's
     with pytest.raises(Crash):
-        run_ladder(runs, run_module.train_rung, estimate, log=lambda line: None)
+        run_ladder(runs, train_rung, estimate, log=lambda line: None)
     top = runs[-1].run_dir
     assert (runs[0].run_dir / "done.json").exists() and not (top / "done.json").exists()
     assert checkpoint_epoch(top / "checkpoints" / "last.ckpt") == 2 and saves == [("patch8", 1), ("epochs200", 2)]
-    summaries = run_ladder(runs, run_module.train_rung, estimate, log=lambda line: None)
+    summaries = run_ladder(runs, train_rung, estimate, log=lambda line: None)
     assert saves[2:] == [("epochs200", 3)], "resumed from epoch 2's checkpoint; the last epoch saved"
     assert saves_in(3, clock.epoch_s, 1, interval_s) == 2, "the schedule the estimate and the GPU check count"
     ladder = top.parent

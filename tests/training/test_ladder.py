@@ -141,7 +141,7 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
     assert exit_info.value.code == 2 and err.startswith("error: estimated time for 8 runs") and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == [], "nothing written"
 
-    import vitladder.training.run as run_module
+    import vitladder.pipeline as pipeline
 
     trained = []
 
@@ -149,7 +149,7 @@ def test_the_ladder_script_stops_with_one_line_unless_confirmed(repo_root, tmp_p
         trained.append(cfg.rung)
         raise RuntimeError("stop after the first rung")
 
-    monkeypatch.setattr(run_module, "train_rung", train_one)
+    monkeypatch.setattr(pipeline, "train_rung", train_one)
     with pytest.raises(RuntimeError, match="stop after the first rung"):
         script.main(["--yes", "--data", "synthetic", f"output_root={tmp_path}"])
     assert trained == ["patch8"]
@@ -174,11 +174,11 @@ def test_a_run_its_devices_cannot_train_stops_the_ladder_before_any_rung_trains(
     tmp_path, monkeypatch, capsys, placement, refused
 ):
     # Checked per rung in train_rung, an odd batch under MixUp/CutMix stopped the ladder after five rungs had trained.
-    import vitladder.training.run as run_module
+    import vitladder.pipeline as pipeline
     from vitladder.devtools import estimate
 
     monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: pytest.fail("refused before the estimate trains"))
-    monkeypatch.setattr(run_module, "train_rung", lambda cfg, overrides=None: pytest.fail("nothing may train"))
+    monkeypatch.setattr(pipeline, "train_rung", lambda cfg, overrides=None: pytest.fail("nothing may train"))
     with pytest.raises(SystemExit) as exit_info:
         load_script("ladder").main(["profile=smoke", "trainer.accelerator=cpu", *placement, f"output_root={tmp_path}"])
     err = capsys.readouterr().err
@@ -208,14 +208,14 @@ def test_a_ladder_without_cifar10_or_a_network_says_in_one_line_how_to_get_it(tm
 
 def test_the_ladder_on_another_rank_trains_what_rank_0_trains_and_nothing_else(tmp_path, monkeypatch, capsys):
     """Lightning's DDP launcher runs scripts/ladder.py again for every other rank: no estimate, log or report there."""
-    import vitladder.training.run as run_module
+    import vitladder.pipeline as pipeline
     from vitladder.devtools import estimate
 
     runs = plan_ladder([0], ["profile=smoke", f"output_root={tmp_path}"])
     finish(runs[0])
     monkeypatch.setattr(estimate, "estimate_ladder", lambda cfgs: pytest.fail("only rank 0 estimates"))
     trained = []
-    monkeypatch.setattr(run_module, "train_rung", lambda cfg, overrides: trained.append(overrides) or {})
+    monkeypatch.setattr(pipeline, "train_rung", lambda cfg, overrides: trained.append(overrides) or {})
     monkeypatch.setenv("LOCAL_RANK", "1")
     load_script("ladder").main(["profile=smoke", f"output_root={tmp_path}"])
     assert trained == [run.overrides for run in runs[1:]], "rank 0's runs, in its order"

@@ -13,8 +13,8 @@ import pytest
 from entry_points import load_script
 from tiny_data import tiny_data
 
+from vitladder.pipeline import train_rung
 from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
-from vitladder.training.run import train_rung
 
 TINY = [
     "profile=smoke",

@@ -20,8 +20,9 @@ from tiny_data import tiny_data
 
 from vitladder.data.datamodule import per_device_batch
 from vitladder.errors import UserError
+from vitladder.pipeline import train_rung
 from vitladder.training.resume import seed_epoch
-from vitladder.training.run import train_rung, world_size
+from vitladder.training.run import world_size
 
 
 def rng_fingerprint() -> dict:
@@ -40,6 +41,7 @@ PROBE = textwrap.dedent(
     import numpy as np
     import torch
     from vitladder.config import compose_rung
+    from vitladder.pipeline import train_rung
     from vitladder.training import run as run_module
 
     out, overrides = sys.argv[1], sys.argv[2:]
@@ -76,7 +78,7 @@ PROBE = textwrap.dedent(
     build_trainer = run_module.build_trainer
     run_module.build_trainer = lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers,
                                                                                     [*callbacks, probe])
-    run_module.train_rung(compose_rung("stochastic_depth", overrides))
+    train_rung(compose_rung("stochastic_depth", overrides))
     """
 )
 

@@ -18,9 +18,9 @@ from run_helpers import Crash, CrashAtEpoch, saved_file
 from tiny_data import tiny_data
 
 from vitladder.config import rung_names
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
 from vitladder.training import run as run_module
-from vitladder.training.run import train_rung
 
 TINY = [
     *tiny_data(num_train=700, num_test=100, val_size=100, batch_size=50),

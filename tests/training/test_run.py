@@ -16,9 +16,9 @@ from run_helpers import saved_file
 
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths, is_finished
 from vitladder.training import run as run_module
-from vitladder.training.run import train_rung
 
 
 def read_wandb_summary(run_dir: Path) -> dict:

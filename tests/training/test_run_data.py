@@ -19,8 +19,8 @@ from vitladder.data.stats import ChannelStats, channel_stats
 from vitladder.devtools import estimate
 from vitladder.devtools.estimate import estimate_ladder
 from vitladder.errors import UserError
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
-from vitladder.training.run import train_rung
 
 
 @pytest.fixture

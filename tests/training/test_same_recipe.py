@@ -11,10 +11,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from vitladder.errors import UserError
+from vitladder.pipeline import train_rung
 from vitladder.report.ladder_report import collect
 from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
-from vitladder.training.run import train_rung
 
 
 def test_changes_list_recipe_keys_only():

@@ -26,8 +26,8 @@ from vitladder.config import CONF_DIR, register_resolvers
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.devtools.syncs import HostSyncs
 from vitladder.model import ViTConfig, build_vit
+from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
-from vitladder.training.run import train_rung
 
 # The same tiny synthetic set as conftest.TINY_DATA, as train.py overrides (val_size even: no DDP padding).
 SUBPROCESS_DATA = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vitladder.errors import UserError
-from vitladder.training.run import train_rung
+from vitladder.pipeline import train_rung
 from vitladder.training.wandb_run import resolve_mode
 
 

@@ -16,8 +16,8 @@ from extensions import add_stripes_source
 
 from vitladder.analysis.metrics import declared
 from vitladder.data.sources import describe
+from vitladder.pipeline import train_rung
 from vitladder.training import run as run_module
-from vitladder.training.run import train_rung
 from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
 from vitladder.training.wandb_run import logged_in, offline_runs, report_run_id
 

@@ -36,11 +36,11 @@ from vitladder.data.datamodule import ImageDataModule
 from vitladder.devtools.benchmark import BenchSettings, time_loop_costs, time_project
 from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
+from vitladder.pipeline import train_rung
 from vitladder.report.ladder_report import build_report
 from vitladder.report.setting import analysed, differences, epochs_text
 from vitladder.run_folder import RunPaths
 from vitladder.training.checkpoint_io import saves_in
-from vitladder.training.run import train_rung
 
 RUNG = "epochs200"
 SETTINGS = {"eager": False, "compiled": True}  # name -> speed.compile

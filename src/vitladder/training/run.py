@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -12,7 +13,6 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
-from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.atomic import remove_leftovers, write_text
 from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
@@ -32,6 +32,11 @@ from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
 
 log = logging.getLogger(__name__)
+
+# Builds the rung's analysis from its config, run folder and set-up data: a callback of the fit whose ``scalars``
+# (None until it has analysed the final model) go into done.json. The caller gives it, as the analysis is a layer
+# above training (vitladder.pipeline gives the probes' AttentionAnalysis).
+Analysis = Callable[[DictConfig, RunPaths, ImageDataModule], L.Callback]
 
 
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
@@ -165,9 +170,9 @@ def write_run_config(paths: RunPaths, cfg: DictConfig, overrides: list[str] | No
         write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
 
-def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
-    """Trains, tests, analyses and saves one rung; returns its summary. `overrides`: the command-line
-    overrides that made cfg, kept in the run folder.
+def train_rung(cfg: DictConfig, overrides: list[str] | None = None, *, make_analysis: Analysis) -> dict:
+    """Trains, tests, analyses (with the callback ``make_analysis`` builds) and saves one rung; returns its summary.
+    `overrides`: the command-line overrides that made cfg, kept in the run folder.
 
     A finished rung (done.json present) is skipped untouched, and an interrupted one resumes from
     last.ckpt in the same W&B run, only under the same recipe (replaces_old_run). done.json is
@@ -187,7 +192,7 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
     check_patch_size(int(cfg.model.patch_size), datamodule.image_size)
     if started_for_another_rank():
-        return _train_beside_rank_zero(cfg, paths, datamodule, started, replace)
+        return _train_beside_rank_zero(cfg, paths, datamodule, started, replace, make_analysis)
     if replace:
         set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
@@ -199,18 +204,23 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
             log.info("removed %s, left by an interrupted write", leftover)
         write_run_config(paths, cfg, overrides)
-        return _fit_and_test(cfg, paths, datamodule, started, resume_checkpoint(paths))
+        return _fit_and_test(cfg, paths, datamodule, started, resume_checkpoint(paths), make_analysis)
 
 
 def _train_beside_rank_zero(
-    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, replace: bool
+    cfg: DictConfig,
+    paths: RunPaths,
+    datamodule: ImageDataModule,
+    started: float,
+    replace: bool,
+    make_analysis: Analysis,
 ) -> dict:
     """A rank other than 0 trains the rung with rank 0 and writes nothing. It resumes as rank 0 does, from the
     same files: before it trains, rank 0 changes none that this reads, except moving a run of another recipe
     aside, after which both start afresh. Each rank reads last.ckpt itself (Lightning's resume)."""
     resume_from = None if replace or not paths.last_ckpt.exists() else str(paths.last_ckpt)
     try:
-        return _fit_and_test(cfg, paths, datamodule, started, resume_from)
+        return _fit_and_test(cfg, paths, datamodule, started, resume_from, make_analysis)
     except TrainingDiverged:
         # Every rank stops at the same epoch end (the loss is averaged over the ranks) and rank 0 says why, once.
         # Ending quietly keeps Lightning's process watcher from killing rank 0 while it closes its W&B run.
@@ -226,7 +236,12 @@ def set_aside(paths: RunPaths) -> None:
 
 
 def _fit_and_test(
-    cfg: DictConfig, paths: RunPaths, datamodule: ImageDataModule, started: float, resume_from: str | None
+    cfg: DictConfig,
+    paths: RunPaths,
+    datamodule: ImageDataModule,
+    started: float,
+    resume_from: str | None,
+    make_analysis: Analysis,
 ) -> dict:
     """Fits (from ``resume_from``, a last.ckpt, or afresh), tests and analyses the rung, on every rank; rank 0,
     which holds the folder's lock, logs to W&B and writes the results."""
@@ -246,14 +261,7 @@ def _fit_and_test(
         save_on_train_epoch_end=True,  # one file, replaced each time
         every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
     )
-    analysis = AttentionAnalysis.from_config(
-        cfg.analysis,
-        out_dir=paths.analysis,
-        rung=cfg.rung,
-        patch_px=int(cfg.model.patch_size),
-        seed=int(cfg.seed),
-        data=datamodule,
-    )
+    analysis = make_analysis(cfg, paths, datamodule)
     callbacks = [checkpoint, analysis, *axis_callbacks(), WandbAxes()]
     with finished_if_failed():
         loggers = [logger for logger in (wandb_logger, csv_logger) if logger is not None]
