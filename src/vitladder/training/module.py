@@ -69,8 +69,7 @@ class RecipeModule(L.LightningModule):
     ) -> None:
         super().__init__()
         # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
-        # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger). Named, not read
-        # from this frame by Lightning: a wrapped __init__ (mutmut's) would save nothing.
+        # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger).
         self.save_hyperparameters(
             {
                 "model": model,
