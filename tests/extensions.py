@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
-from vitladder.config_schema import DataConfig, source_key
+from vitladder.config_schema import DataConfig, setting
 from vitladder.data.sources import ImageSplits
 
 
 @dataclass
 class Config(DataConfig):
-    num_images: int = source_key(40, valid=(lambda n: n >= 20, "at least 20", "40"))
-    scratch_dir: str = source_key("scratch", in_recipe=False)  # changes no result
+    num_images: int = setting(40, valid=(lambda n: n >= 20, "at least 20", "40"))
+    scratch_dir: str = setting("scratch", in_recipe=False)  # changes no result
 
 
 def load(data_cfg):

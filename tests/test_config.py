@@ -244,6 +244,23 @@ def test_a_bad_override_is_one_line_naming_the_key(overrides, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("source", ["cifar10", "imagefolder", "synthetic"])
+def test_each_declared_range_takes_its_own_example_and_the_rung_composes_with_it(source):
+    # A key's valid values live on its schema field (config_schema.setting): the example its message offers
+    # is itself valid, and that key is the one the message names when its check fails.
+    from vitladder.config_schema import data_schemas, valid_values
+
+    declared = valid_values(data_schemas()[source])
+    assert {"seed", "ladder", "wandb.mode", "optim.lr", "data.batch_size", "trainer.max_epochs"} <= {
+        key for key, *_ in declared
+    }
+    data = ["data=imagefolder", "data.root=/nonexistent"] if source == "imagefolder" else [f"data={source}"]
+    for key, in_range, _, example in declared:
+        value = OmegaConf.from_dotlist([f"v={example}"]).v
+        assert in_range(value), f"{key}={example}"
+        compose_rung("warmup", [*data, f"{key}={example}"])
+
+
 def test_step_with_or_without_plus_and_trainer_arguments_without_plus():
     from vitladder.config import compose_config
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import functools
 import pkgutil
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from vitladder.config_errors import explain
-from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, source_ranges
+from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, valid_values
 from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
@@ -23,11 +22,6 @@ from vitladder.rungs import Rung, read_ladder
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # analysis.probes' modules (analysis/probes/__init__.py): their names are read from the folder, not imported
 PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"
-
-WANDB_MODES = ("auto", "online", "offline", "disabled")
-WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
-MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
 register_schema(CONF_DIR)  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
 
@@ -181,42 +175,13 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
 
 _ABSENT = object()
 
-# key, whether a value is in range, what the range is, an example value; a data source's own keys declare
-# theirs in its Config (config_schema.source_key)
-RANGES: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
-    ("data.batch_size", lambda v: v >= 1, "at least 1", "64"),
-    ("data.eval_batch_size", lambda v: v >= 1, "at least 1", "1000"),
-    ("data.val_size", lambda v: v >= 0, "at least 0 (0: no validation, every training image trains)", "5000"),
-    ("data.train_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
-    ("data.test_subset", lambda v: v is None or v >= 1, "at least 1, or null for every image", "null"),
-    ("seed", lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"),
-    (
-        "ladder",
-        lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
-        "a plain folder name (letters, digits, '.', '_', '-'; no '/')",
-        "my-ladder",
-    ),
-    ("wandb.mode", lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline"),
-    # That it divides the image size is checked once the data are loaded (training.run.check_patch_size).
-    ("model.patch_size", lambda v: v >= 1, "at least 1", "4"),
-    ("model.num_heads", lambda v: v >= 1, "at least 1", "6"),
-    ("model.depth", lambda v: v >= 1, "at least 1", "7"),
-    ("model.drop_path_rate", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
-    ("loss.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)", "0.1"),
-    ("optim.epochs", lambda v: v >= 1, "at least 1", "100"),
-    ("checkpoint.every_n_epochs", lambda v: v >= 0, "0 (no checkpoint) or more", "1"),
-    ("checkpoint.min_interval_s", lambda v: v >= 0, "0 (every epoch) or more seconds", "60"),
-    ("trainer.max_epochs", lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100"),
-    ("optim.lr", lambda v: v > 0, "above 0", "1e-3"),
-    ("profile.epoch_scale", lambda v: v > 0, "above 0", "0.1"),
-)
-
 
 def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value out of range: the shared keys' (RANGES) and the chosen data source's own."""
+    """One message per value out of the range its schema field declares (the chosen data source's keys
+    included), then the rules across keys."""
     source = data_schemas().get(OmegaConf.select(cfg, "data.source", default=None), DataConfig)
     errors = []
-    for key, in_range, what, example in (*RANGES, *source_ranges(source)):
+    for key, in_range, what, example in valid_values(source):
         try:
             value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
         except MissingMandatoryValue:

@@ -4,14 +4,17 @@ conf/config.yaml (Hydra's "static schema with many configs"). The values live in
 A field set to MISSING takes its value from conf/; a field with a default here is one the recipe does
 not choose (Lightning's own Trainer defaults, the image-folder read cap). OmegaConf checks every
 override against this schema: an unknown key, with or without `+`, and a value of the wrong type are
-refused at composition, before anything runs. Ranges and cross-field rules are `config.validate`.
+refused at composition, before anything runs. A field declared with :func:`setting` also states its valid
+values (checked by `config.validate`) and whether it belongs to the recipe (training/recipe.py): each key
+is declared here once. Cross-field rules are `config.validate`'s.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import Field, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -19,38 +22,55 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 DATA_SOURCES = "vitladder.data.sources"  # data=<name> is the module DATA_SOURCES.<name> (data_schemas)
-
-
-@dataclass
-class ModelConfig:
-    patch_size: int = MISSING
-    embed_dim: int = MISSING
-    depth: int = MISSING
-    num_heads: int = MISSING
-    mlp_ratio: float = MISSING
-    drop_path_rate: float = MISSING
-
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
+MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
 # A key's valid values: whether a value is in range, the range in words, an example value (config.range_errors).
 Valid = tuple[Callable[[Any], bool], str, str]
 
 
-def source_key(default: Any = MISSING, *, valid: Valid | None = None, in_recipe: bool = True) -> Any:
-    """A field of a data source's ``Config``: its default, its valid values, and whether it is part of the
-    recipe (False for a key that changes no result, such as a cache folder; training/recipe.py)."""
-    return field(default=default, metadata={"valid": valid, "in_recipe": in_recipe})
+def setting(
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    valid: Valid | None = None,
+    in_recipe: bool = True,
+) -> Any:
+    """A schema field: its default (or a factory for a block), its valid values, and whether it is part of the
+    recipe (False for a key that changes no result, such as a cache folder or the W&B project)."""
+    metadata = {"valid": valid, "in_recipe": in_recipe}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-def source_ranges(schema: type) -> list[tuple[str, Callable[[Any], bool], str, str]]:
-    """(data.<key>, in range, the range in words, an example) for each key of a source's Config that declares one."""
-    return [(f"data.{f.name}", *f.metadata["valid"]) for f in fields(schema) if f.metadata.get("valid")]
+def at_least(low: float, example: str, words: str = "") -> Valid:
+    return (lambda v: v >= low, words or f"at least {low:g}", example)
 
 
-def keys_outside_the_recipe() -> list[str]:
-    """data.<key> for every source key its Config marks outside the recipe (source_key(in_recipe=False))."""
-    schemas = data_schemas().values()
-    marked = {f.name for schema in schemas for f in fields(schema) if not f.metadata.get("in_recipe", True)}
-    return [f"data.{name}" for name in sorted(marked)]
+def above(low: float, example: str) -> Valid:
+    return (lambda v: v > low, f"above {low:g}", example)
+
+
+def fraction(example: str) -> Valid:
+    return (lambda v: 0 <= v < 1, "in [0, 1)", example)
+
+
+def count_or_all(example: str = "null") -> Valid:
+    return (lambda v: v is None or v >= 1, "at least 1, or null for every image", example)
+
+
+@dataclass
+class ModelConfig:
+    # That the patch size divides the image size is checked once the data are loaded (training.run.check_patch_size).
+    patch_size: int = setting(valid=at_least(1, "4"))
+    embed_dim: int = MISSING
+    depth: int = setting(valid=at_least(1, "7"))
+    num_heads: int = setting(valid=at_least(1, "6"))
+    mlp_ratio: float = MISSING
+    drop_path_rate: float = setting(valid=fraction("0.1"))
 
 
 @dataclass
@@ -58,20 +78,22 @@ class DataConfig:
     """What every data source shares (the `data:` block of conf/config.yaml)."""
 
     source: str = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING  # outside the recipe: evaluation batches change no result
-    val_size: int = MISSING
+    batch_size: int = setting(valid=at_least(1, "64"))
+    eval_batch_size: int = setting(valid=at_least(1, "1000"), in_recipe=False)  # evaluation batches change no result
+    val_size: int = setting(valid=at_least(0, "5000", "at least 0 (0: no validation, every training image trains)"))
     split_seed: int = MISSING
-    train_subset: int | None = MISSING
-    test_subset: int | None = MISSING
+    train_subset: int | None = setting(valid=count_or_all())
+    test_subset: int | None = setting(valid=count_or_all())
     random_crop_padding: int = MISSING
     horizontal_flip: bool = MISSING
 
 
 @dataclass
 class OptimConfig:
-    epochs: int = MISSING  # the recipe's epochs; trainer.max_epochs is this times profile.epoch_scale
-    lr: float = MISSING
+    epochs: int = setting(
+        valid=at_least(1, "100")
+    )  # the recipe's epochs; trainer.max_epochs is this times profile.epoch_scale
+    lr: float = setting(valid=above(0, "1e-3"))
     weight_decay: float = MISSING
     betas: list[float] = MISSING
     min_lr: float = MISSING
@@ -81,7 +103,7 @@ class OptimConfig:
 
 @dataclass
 class LossConfig:
-    label_smoothing: float = MISSING
+    label_smoothing: float = setting(valid=fraction("0.1"))
 
 
 @dataclass
@@ -106,7 +128,9 @@ class TrainerConfig:
     num_nodes: int = 1
     precision: Any = None
     fast_dev_run: Any = False
-    max_epochs: int | None = None
+    max_epochs: int | None = setting(
+        None, valid=(lambda v: v is not None and v >= 1, "at least 1 (the schedule's length)", "100")
+    )
     min_epochs: int | None = None
     max_steps: int = -1
     min_steps: int | None = None
@@ -119,23 +143,23 @@ class TrainerConfig:
     val_check_interval: Any = None
     check_val_every_n_epoch: int | None = 1
     num_sanity_val_steps: int | None = None
-    log_every_n_steps: int | None = None
+    log_every_n_steps: int | None = setting(None, in_recipe=False)
     enable_checkpointing: bool | None = None
-    enable_progress_bar: bool | None = None
-    enable_model_summary: bool | None = None
+    enable_progress_bar: bool | None = setting(None, in_recipe=False)
+    enable_model_summary: bool | None = setting(None, in_recipe=False)
     accumulate_grad_batches: int = 1
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str | None = None
     deterministic: Any = None
     benchmark: bool | None = None
-    inference_mode: bool = True
+    inference_mode: bool = setting(True, in_recipe=False)  # nothing learned
     use_distributed_sampler: bool = True
     profiler: str | None = None
     detect_anomaly: bool = False
     barebones: bool = False
     sync_batchnorm: bool = False
     reload_dataloaders_every_n_epochs: int = 0
-    default_root_dir: str | None = None
+    default_root_dir: str | None = setting(None, in_recipe=False)
     enable_autolog_hparams: bool = True
     model_registry: str | None = None
 
@@ -150,33 +174,38 @@ class SpeedConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_n_epochs: int = MISSING  # last.ckpt after every N-th epoch; 0: none
-    min_interval_s: float = MISSING  # ...once this many seconds have passed since the last save
+    every_n_epochs: int = setting(valid=at_least(0, "1", "0 (no checkpoint) or more"))  # last.ckpt every N-th epoch
+    min_interval_s: float = setting(
+        valid=at_least(0, "60", "0 (every epoch) or more seconds")
+    )  # ...once this long since
 
 
 @dataclass
 class AnalysisConfig:
     enabled: bool = MISSING
     num_images: int = MISSING
-    batch_size: int = MISSING
+    batch_size: int = setting(in_recipe=False)
     example_image: int = MISSING
     track_every_n_epochs: int = MISSING
     track_images: int = MISSING
-    probes: list[str] = MISSING  # modules of analysis/probes/, run in this order; outside the recipe
-    settings: dict[str, Any] = field(default_factory=dict)  # probe name -> its own settings (e.g. ablation draws)
+    # The probes measure the trained model, they do not train it.
+    probes: list[str] = setting(in_recipe=False)  # modules of analysis/probes/, run in this order
+    settings: dict[str, Any] = setting(factory=dict, in_recipe=False)  # probe name -> its settings (ablation draws)
 
 
 @dataclass
 class WandbConfig:
     project: str = MISSING
     entity: str | None = MISSING
-    mode: str = MISSING  # auto, online, offline or disabled (checked by config.validate)
+    mode: str = setting(
+        valid=(lambda v: v in (*WANDB_MODES, *WANDB_ALIASES), f"one of {', '.join(WANDB_MODES)}", "offline")
+    )
 
 
 @dataclass
 class ProfileConfig:
     name: str = MISSING
-    epoch_scale: float = MISSING
+    epoch_scale: float = setting(valid=above(0, "0.1"))
 
 
 @dataclass
@@ -203,22 +232,31 @@ class Config:
     rung: str = MISSING
     # Each conf/step/<rung>.yaml adds its own entry, so a rung's config holds the info of every rung it
     # builds on, bottom first; keyed by name, so a rung without reference figures inherits none.
-    rung_info: dict[str, RungInfo] = field(default_factory=dict)
-    ladder: str = MISSING
-    seed: int = MISSING
-    run_dir: str = MISSING
-    output_root: str = MISSING
-    overwrite: bool = MISSING
+    # Outside the recipe: a reworded description or a new reference figure trains nothing anew.
+    rung_info: dict[str, RungInfo] = setting(factory=dict, in_recipe=False)
+    ladder: str = setting(
+        valid=(
+            lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
+            "a plain folder name (letters, digits, '.', '_', '-'; no '/')",
+            "my-ladder",
+        ),
+        in_recipe=False,
+    )
+    seed: int = setting(valid=(lambda v: 0 <= v <= MAX_SEED, f"between 0 and {MAX_SEED}", "1"))
+    run_dir: str = setting(in_recipe=False)  # where a run is written and how it is shown and logged: no result
+    output_root: str = setting(in_recipe=False)
+    overwrite: bool = setting(in_recipe=False)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = MISSING  # the Config of the source chosen by the data group (data_schemas())
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     mixup: MixupConfig = field(default_factory=MixupConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    speed: SpeedConfig = field(default_factory=SpeedConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision)
+    speed: SpeedConfig = setting(factory=SpeedConfig, in_recipe=False)
+    checkpoint: CheckpointConfig = setting(factory=CheckpointConfig, in_recipe=False)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
-    wandb: WandbConfig = field(default_factory=WandbConfig)
+    wandb: WandbConfig = setting(factory=WandbConfig, in_recipe=False)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
@@ -243,22 +281,40 @@ def register_schema(conf_dir: Path) -> None:
             store.store(group="data", name=name, node=node)
 
 
+def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str, Field, Any]]:
+    """(dotted key, its field, its type) for every key and block the schema declares, outer first; data.*
+    holds the keys of ``source``, or of every data source (a key they share comes once per source)."""
+
+    def walk(schema: type, prefix: str) -> Iterator[tuple[str, Field, Any]]:
+        hints = get_type_hints(schema)
+        for f in fields(schema):
+            key, hint = f"{prefix}{f.name}", hints[f.name]
+            if schema is Config and f.name == "data":
+                for data in [source] if source else data_schemas().values():
+                    yield from walk(data, "data.")
+                continue
+            yield key, f, hint
+            if is_dataclass(hint):
+                yield from walk(hint, f"{key}.")
+
+    return walk(Config, "")
+
+
 def schema_keys() -> dict[str, Any]:
-    """Every dotted key the schema declares, with its type; data.* holds the keys of every data source."""
-    keys: dict[str, Any] = {}
+    """Every dotted key the schema declares (not its blocks), with its type; data.* holds every source's keys."""
+    return {key: hint for key, _, hint in schema_fields() if not is_dataclass(hint)}
 
-    def walk(schema: type, prefix: str) -> None:
-        for name, hint in get_type_hints(schema).items():
-            if name == "data" and schema is Config:
-                for source in data_schemas().values():
-                    walk(source, "data.")
-            elif is_dataclass(hint):
-                walk(hint, f"{prefix}{name}.")
-            else:
-                keys[f"{prefix}{name}"] = hint
 
-    walk(Config, "")
-    return keys
+def valid_values(source: type[DataConfig]) -> list[tuple[str, Callable[[Any], bool], str, str]]:
+    """(key, in range, the range in words, an example) for each key that declares its valid values, with the keys
+    of the data source ``source``."""
+    return [(key, *f.metadata["valid"]) for key, f, _ in schema_fields(source) if f.metadata.get("valid")]
+
+
+def outside_the_recipe() -> tuple[str, ...]:
+    """The keys and blocks marked ``setting(in_recipe=False)``, those of every data source included."""
+    marked = (key for key, f, _ in schema_fields() if not f.metadata.get("in_recipe", True))
+    return tuple(dict.fromkeys(marked))
 
 
 def data_sources_with(key: str) -> list[str]:

@@ -1,5 +1,7 @@
 """A run folder belongs to one recipe: its resolved config.yaml. A finished rung is skipped, and an
-interrupted one resumed, only when the config that would run now is the same outside the keys below.
+interrupted one resumed, only when the config that would run now is the same outside the keys its schema
+marks ``setting(in_recipe=False)`` (config_schema.py): where a run is written and shown, how it is logged,
+its kernels, its checkpoint interval, the rungs' descriptions, the evaluation batch and the probes.
 
 An upgrade keeps a run's identity: a setting added since (absent from config.yaml) is no change while it
 stands at its default, and a setting removed since is none if it stood at the default it had then, as the
@@ -16,42 +18,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.config import flatten
+from vitladder.config_schema import outside_the_recipe
 from vitladder.run_folder import RunPaths
 from vitladder.training.provenance import key_defaults, read_provenance, versions
 
-# Keys (and blocks) that cannot change a run's results: where it is written and shown, how it is logged.
-# speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision);
-# inference_mode, the checkpoint interval and the evaluation batch, nothing learned;
-# rung_info describes the rungs (a reworded description or a new reference figure trains nothing anew);
-# the probes and their settings measure the trained model, they do not train it.
-OUTSIDE_THE_RECIPE: tuple[str, ...] = (
-    "output_root",
-    "run_dir",
-    "ladder",
-    "overwrite",
-    "wandb",
-    "speed",
-    "checkpoint",
-    "trainer.inference_mode",
-    "rung_info",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.log_every_n_steps",
-    "trainer.default_root_dir",
-    "analysis.batch_size",
-    "data.eval_batch_size",
-    "analysis.probes",
-    "analysis.settings",
-)  # and a data source's keys that its Config marks so (config_schema.source_key(in_recipe=False))
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
-
-
-def outside_the_recipe() -> tuple[str, ...]:
-    """OUTSIDE_THE_RECIPE and the data sources' keys marked outside it (data.cache_dir, data.max_file_mib)."""
-    from vitladder.config_schema import keys_outside_the_recipe
-
-    return (*OUTSIDE_THE_RECIPE, *keys_outside_the_recipe())
 
 
 def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:

@@ -24,8 +24,9 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from vitladder.config import WANDB_ALIASES, rung_index
-from vitladder.config import WANDB_MODES as MODES
+from vitladder.config import rung_index
+from vitladder.config_schema import WANDB_ALIASES
+from vitladder.config_schema import WANDB_MODES as MODES
 from vitladder.errors import UserError
 from vitladder.run_folder import parse_run_name
 from vitladder.training.axes import EPOCH, LR

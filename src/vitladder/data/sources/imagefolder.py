@@ -17,7 +17,7 @@ import torch
 from omegaconf import MISSING, DictConfig
 from PIL import Image
 
-from vitladder.config_schema import DataConfig, source_key
+from vitladder.config_schema import DataConfig, setting
 from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits
 from vitladder.data.sources._cache import fingerprint, progress, read_cache, write_cache
 from vitladder.data.trees import FolderTree, Limits, Parts, read_archive, read_folder, show, walk
@@ -175,11 +175,9 @@ class Config(DataConfig):
     """data=imagefolder's keys (values: conf/data/imagefolder.yaml)."""
 
     root: str = MISSING
-    cache_dir: str = source_key(in_recipe=False)  # where the decoded arrays are kept: changes no result
+    cache_dir: str = setting(in_recipe=False)  # where the decoded arrays are kept: changes no result
     # MiB: larger files (and archive members) are refused before they are read
-    max_file_mib: float = source_key(
-        DEFAULT_MAX_FILE_MIB, valid=(lambda v: v > 0, "above 0 (MiB)", "4"), in_recipe=False
-    )
+    max_file_mib: float = setting(DEFAULT_MAX_FILE_MIB, valid=(lambda v: v > 0, "above 0 (MiB)", "4"), in_recipe=False)
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
