@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from vitladder.config_schema import DataConfig, setting
+from vitladder.config_schema import DataConfig, at_least, setting
 from vitladder.data.sources import SYNTHETIC, ImageSplits
 from vitladder.errors import DataError
 
@@ -17,8 +17,8 @@ from vitladder.errors import DataError
 class Config(DataConfig):
     """data=synthetic's keys (values: conf/data/synthetic.yaml)."""
 
-    num_train: int = setting(valid=(lambda v: v >= 1, "at least 1", "10000"))
-    num_test: int = setting(valid=(lambda v: v >= 1, "at least 1", "2000"))
+    num_train: int = setting(valid=at_least(1, "10000"))
+    num_test: int = setting(valid=at_least(1, "2000"))
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
