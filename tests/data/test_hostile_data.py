@@ -23,7 +23,7 @@ from vitladder.data import trees
 from vitladder.data.sources import ImageSplits
 from vitladder.data.sources import imagefolder as sources
 from vitladder.data.sources.imagefolder import load_image_folder
-from vitladder.data.trees import FolderTree, Limits, stream_members, walk
+from vitladder.data.trees import FolderTree, read_archive, walk
 from vitladder.errors import DataError
 
 MIB = 1 << 20
@@ -86,14 +86,14 @@ def decompressed_bytes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
     """How many decompressed bytes the archive reader took in all: a bound on its work that no busy machine
     can blur, as a clock would."""
     taken = [0]
-    read = trees._Budget.read  # the project's own reader of the decompressed stream
+    read = trees.Budget.read  # the project's own reader of the decompressed stream
 
-    def counted(self: trees._Budget, size: int = -1) -> bytes:
+    def counted(self: trees.Budget, size: int = -1) -> bytes:
         data = read(self, size)
         taken[0] += len(data)
         return data
 
-    monkeypatch.setattr(trees._Budget, "read", counted)
+    monkeypatch.setattr(trees.Budget, "read", counted)
     return lambda: taken[0]
 
 
@@ -231,7 +231,12 @@ def test_a_malformed_sparse_map_is_one_line(tmp_path: Path) -> None:
     one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "ValueError")
 
 
-def test_headers_count_towards_the_decompressed_bound(tmp_path: Path) -> None:
+def read_members(archive: Path) -> dict:
+    """{path: its bytes} of the archive's wanted members, every path wanted."""
+    return read_archive(archive, MIB, lambda parts: True, lambda data, parts: data)[1]
+
+
+def test_headers_count_towards_the_decompressed_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # One tiny member behind a 100 kB pax record: under every per-member bound, over the stream's.
     info = tarfile.TarInfo("train/cat/0.png")
     info.pax_headers = {"comment": "x" * 100_000}
@@ -240,9 +245,12 @@ def test_headers_count_towards_the_decompressed_bound(tmp_path: Path) -> None:
         tar.addfile(info, io.BytesIO())
     archive = tmp_path / "d.tar"
     archive.write_bytes(buffer.getvalue())
+    monkeypatch.setattr(trees, "MAX_TOTAL_BYTES", 1000)
+    monkeypatch.setattr(trees, "MAX_ENTRIES", 10)  # 1000 + 10 x 2048 bytes in all, headers included
     with pytest.raises(DataError, match="GiB once decompressed"):
-        list(stream_members(archive, Limits(MIB, max_entries=10, max_total_bytes=1000), lambda _: None))
-    assert len(list(stream_members(archive, Limits(MIB, max_entries=100), lambda _: None))) == 1
+        read_members(archive)
+    monkeypatch.setattr(trees, "MAX_ENTRIES", 100)
+    assert list(read_members(archive)) == [("train", "cat", "0.png")]
 
 
 def test_data_after_the_end_of_an_archive_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,20 +261,20 @@ def test_data_after_the_end_of_an_archive_is_bounded(tmp_path: Path, monkeypatch
     one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "after the end-of-archive")
 
 
-def test_entries_and_total_bytes_are_bounded(tmp_path: Path) -> None:
+def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_tree(tmp_path / "imgs")  # 2 splits + 4 class folders + 10 images
-    tight = Limits(MIB, max_entries=10)
-    with pytest.raises(DataError, match="more than 10 files and folders"):
-        walk(FolderTree(root), root, tight, sources._is_candidate)
     archive = tar_of(root, tmp_path / "d.tar")
-    with pytest.raises(DataError, match="more than 10 members"):
-        list(stream_members(archive, tight, lambda _: None))
-    small_total = Limits(MIB, max_total_bytes=300)  # each image is ~100 bytes
-    with pytest.raises(DataError, match="GiB of images to read"):
-        walk(FolderTree(root), root, small_total, sources._is_candidate)
-    with pytest.raises(DataError, match="GiB of members"):
-        list(stream_members(archive, small_total, lambda _: None))
-    assert len(walk(FolderTree(root), root, Limits(MIB, max_entries=16), sources._is_candidate).files) == 10
+    with monkeypatch.context() as tight:
+        tight.setattr(trees, "MAX_ENTRIES", 10)
+        one_line_error(root, tmp_path / "cache", "holds more than 10 files and folders: too many")
+        one_line_error(archive, tmp_path / "cache", "holds more than 10 members: too many")
+    with monkeypatch.context() as small_total:
+        small_total.setattr(trees, "MAX_TOTAL_BYTES", 300)  # each image is ~100 bytes
+        one_line_error(root, tmp_path / "cache", "GiB of images to read: too much")
+        with pytest.raises(DataError, match="GiB of members: too much"):  # (the archive itself is over 300 bytes)
+            read_members(archive)
+    monkeypatch.setattr(trees, "MAX_ENTRIES", 16)
+    assert len(walk(FolderTree(root), root, MIB, sources._is_candidate)[1]) == 10
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def same_splits(a, b) -> bool:
 
 
 def test_the_shipped_sources_are_the_modules_of_the_package() -> None:
-    assert sources.source_names() == ["cifar10", "imagefolder", "synthetic"]  # _cache.py is a helper
+    assert sources.source_names() == ["cifar10", "imagefolder", "synthetic"]
     for name in sources.source_names():
         assert callable(sources.source_named(name).load)
 
