@@ -1,8 +1,6 @@
-"""Augmentation as batched tensor ops on the images' device (airbench style).
-
-Each image draws its own randomness from a ``torch.Generator`` living on the same device, so a
-batch is augmented in a few kernel launches, with no Python loop over images and no host sync.
-"""
+"""Augmentation and normalisation as batched tensor ops on the images' device (airbench style): each image draws its
+own randomness from a ``torch.Generator`` on that device, so a batch takes a few kernel launches, with no Python loop
+over images and no host sync."""
 
 from __future__ import annotations
 
@@ -14,7 +12,8 @@ from torch import Tensor
 
 
 def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:
-    """Zero-pad by ``padding`` then crop back to (H, W), each image at its own offset in [0, 2*padding]."""
+    """Zero-pad by ``padding`` then crop back to (H, W), each image at its own offset in [0, 2*padding]; padding 0
+    draws nothing, so the flips that follow are those of a recipe without the crop."""
     if padding <= 0:
         return images
     b, c, h, w = images.shape
@@ -23,11 +22,8 @@ def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Ten
     dx = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=images.device)  # (B,)
     rows = dy[:, None] + torch.arange(h, device=images.device)  # (B, H) source row of each output row
     cols = dx[:, None] + torch.arange(w, device=images.device)  # (B, W) source column of each output column
-    # Two gathers: first pick each image's rows, then its columns.
-    rows = rows[:, None, :, None].expand(b, c, h, w + 2 * padding)
-    picked = padded.gather(2, rows)  # (B, C, H, W+2p)
-    cols = cols[:, None, None, :].expand(b, c, h, w)
-    return picked.gather(3, cols)  # (B, C, H, W)
+    picked = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * padding))  # (B, C, H, W+2p)
+    return picked.gather(3, cols[:, None, None, :].expand(b, c, h, w))  # (B, C, H, W)
 
 
 def random_flip(images: Tensor, generator: torch.Generator) -> Tensor:
@@ -37,12 +33,11 @@ def random_flip(images: Tensor, generator: torch.Generator) -> Tensor:
 
 
 def normalize(images_u8: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> Tensor:
-    """(B, C, H, W) uint8 in [0, 255] -> float32 ``(x / 255 - mean) / std`` per channel, with the statistics of
-    the run (data/stats.py): there is no default."""
+    """(B, C, H, W) uint8 -> float32 ``(x / 255 - mean) / std`` per channel, with the run's statistics (stats.py)."""
     if images_u8.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images, got {images_u8.dtype}")
     scale, shift = _affine(tuple(mean), tuple(std), images_u8.device)
-    return images_u8.float() * scale - shift  # == (x / 255 - mean) / std
+    return images_u8.float() * scale - shift
 
 
 @functools.lru_cache(maxsize=8)  # one host-to-device copy per device, not one per batch

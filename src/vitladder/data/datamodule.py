@@ -16,9 +16,9 @@ from vitladder.errors import DataError, UserError
 
 
 def per_device_batch(batch_size: int, world_size: int, even: bool = False) -> int:
-    """``data.batch_size`` is the global batch: each of ``world_size`` processes takes an equal share, so
-    the steps per epoch, the warmup and the learning rate are the recipe's on any number of devices.
-    ``even``: each share must be even too (timm's MixUp/CutMix pairs every image with another of its batch)."""
+    """Each of ``world_size`` processes takes an equal share of ``data.batch_size``, the global batch, so the steps
+    per epoch, the warmup and the learning rate are the recipe's on any number of devices. ``even``: each share must
+    be even too (timm's MixUp/CutMix pairs every image with another of its batch)."""
     step = world_size * (2 if even else 1)
     if batch_size >= 1 and batch_size % step == 0:
         return batch_size // world_size
@@ -41,47 +41,34 @@ class Split:
 def split_train_val_test(
     splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
 ) -> tuple[Split, Split, Split]:
-    """Holds out a seeded validation set from train (``val_size`` 0: none, every image trains). The test
-    set keeps its official order when the source has one (CIFAR-10: "the first N test images" are the
-    published ones); otherwise it is shuffled once (seeded), so that the first N are a fixed sample of every
-    class even where files come grouped by class."""
+    """Holds out a seeded validation set from train (``val_size`` 0: none). The test set keeps its official order
+    where the source has one (CIFAR-10: "the first N test images" are the published ones), and is otherwise shuffled
+    once by the same generator, so that the first N are a fixed sample of every class even where files come grouped
+    by class."""
     generator = torch.Generator().manual_seed(split_seed)
     order = torch.randperm(len(splits.train_labels), generator=generator)
     if val_size >= len(order):
         raise DataError(f"data.val_size={val_size} leaves no training images out of {len(order)}")
-    val_idx, train_idx = order[:val_size], order[val_size:]
-    if train_subset:
-        train_idx = train_idx[:train_subset]
-    if splits.official_test_order:
-        test_idx = torch.arange(len(splits.test_labels))
-    else:
-        test_idx = torch.randperm(len(splits.test_labels), generator=generator)
-    if test_subset:
-        test_idx = test_idx[:test_subset]
-
-    def take(images: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor) -> Split:
-        return Split(images[idx].contiguous(), labels[idx].contiguous())
-
+    train, val = order[val_size:][: train_subset or None], order[:val_size]
+    test = torch.arange(len(splits.test_labels))
+    test = (test if splits.official_test_order else torch.randperm(len(test), generator=generator))[
+        : test_subset or None
+    ]
     return (
-        take(splits.train_images, splits.train_labels, train_idx),
-        take(splits.train_images, splits.train_labels, val_idx),
-        take(splits.test_images, splits.test_labels, test_idx),
+        Split(splits.train_images[train], splits.train_labels[train]),
+        Split(splits.train_images[val], splits.train_labels[val]),
+        Split(splits.test_images[test], splits.test_labels[test]),
     )
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Train / validation / test splits held as uint8 tensors on the training device.
-
-    Batches come from `DeviceBatches` (crop, flip and normalisation as batched tensor ops), so no
-    DataLoader workers are needed and the GPU never waits on Python for data. After `setup`: `classes`,
-    `num_classes`, `image_size`, `stats` (the source's, else the training split's), `steps_per_epoch` and
-    `facts()`.
-    """
+    """Train / validation / test splits held as uint8 tensors on the training device, cut into batches there by
+    DeviceBatches. After ``setup``: ``classes``, ``num_classes``, ``image_size``, ``stats`` (the source's, else the
+    training split's), ``steps_per_epoch`` and ``facts()``."""
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
         super().__init__()
-        self.cfg = data_cfg
-        self.seed = seed
+        self.cfg, self.seed = data_cfg, seed
         self.classes: tuple[str, ...] = ()
         self.image_size = 0
         self.stats: ChannelStats | None = None
@@ -96,44 +83,38 @@ class ImageDataModule(L.LightningDataModule):
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimizer steps in one epoch: whole global batches of the training split (drop_last), on any
-        number of devices (``data.batch_size`` is the global batch)."""
+        """Whole global batches of the training split (drop_last), on any number of devices."""
         return len(self.train.labels) // int(self.cfg.batch_size)
 
     def prepare_data(self) -> None:
-        # Downloads (CIFAR-10) or decodes and caches (image folders) on one process per machine; the process
-        # keeps what it loaded, so its setup does not load again.
+        # Downloads (CIFAR-10) or decodes and caches (image folders) on one process per machine; the process keeps
+        # what it loaded, so its setup does not load again.
         sources.load(self.cfg)
 
     def setup(self, stage: str | None = None) -> None:
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         if self.train is None:  # the first call: run.py sets up before the trainer exists, to fail early
-            self._split(sources.load(self.cfg))
+            splits = sources.load(self.cfg)
+            cfg = self.cfg
+            train, val, test = split_train_val_test(
+                splits, int(cfg.val_size), int(cfg.split_seed), cfg.train_subset, cfg.test_subset
+            )
+            if int(cfg.batch_size) > len(train.labels):  # drop_last would leave no training batch at all
+                raise UserError(
+                    f"data.batch_size={int(cfg.batch_size)} is larger than the training split "
+                    f"({len(train.labels)} images): lower data.batch_size"
+                )
+            self.classes, self.image_size = splits.classes, splits.image_size
+            self.stats = splits.stats or channel_stats(train.images)  # the images that train
+            self.origin, self.official_test_order = splits.origin, splits.official_test_order
+            self.train, self.val, self.test = train, val, test
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         self.train, self.val, self.test = (
             Split(s.images.to(device), s.labels.to(device)) for s in (self.train, self.val, self.test)
         )
 
-    def _split(self, splits: ImageSplits) -> None:
-        train, val, test = split_train_val_test(
-            splits,
-            val_size=int(self.cfg.val_size),
-            split_seed=int(self.cfg.split_seed),
-            train_subset=self.cfg.train_subset,
-            test_subset=self.cfg.test_subset,
-        )
-        if int(self.cfg.batch_size) > len(train.labels):  # drop_last would leave no training batch at all
-            raise UserError(
-                f"data.batch_size={int(self.cfg.batch_size)} is larger than the training split "
-                f"({len(train.labels)} images): lower data.batch_size"
-            )
-        self.classes, self.image_size = splits.classes, splits.image_size
-        self.stats = splits.stats or channel_stats(train.images)  # the images that train
-        self.train, self.val, self.test = train, val, test
-        self.origin, self.official_test_order = splits.origin, splits.official_test_order
-
     def facts(self) -> dict:
-        """What the run's data are, for done.json and every report: the pixels (sources.ImageSplits.origin), the
-        images of each split, and whether the test images are in the official order or a seeded sample."""
+        """What the run's data are, for done.json and every report: the pixels (ImageSplits.origin), the images of
+        each split, and whether the test images are in the official order or a seeded sample."""
         return {
             "data": self.origin,
             "train_images": len(self.train.labels),
@@ -142,31 +123,26 @@ class ImageDataModule(L.LightningDataModule):
             "test_order": "official" if self.official_test_order else "seeded",
         }
 
-    def _rank(self) -> tuple[int, int]:
-        if self.trainer is None:
-            return 0, 1
-        return self.trainer.global_rank, self.trainer.world_size
-
     def _batches(self, split: Split, train: bool) -> DeviceBatches:
-        rank, world_size = self._rank()
+        rank, world_size = (0, 1) if self.trainer is None else (self.trainer.global_rank, self.trainer.world_size)
+        crop, flip = int(self.cfg.random_crop_padding), bool(self.cfg.horizontal_flip)
         return DeviceBatches(
             split.images,
             split.labels,
             # Evaluation batches: each device takes its share of the global eval batch; none is dropped.
-            per_device_batch(int(self.cfg.batch_size), world_size) if train else self._eval_batch(world_size),
+            per_device_batch(int(self.cfg.batch_size), world_size)
+            if train
+            else max(1, int(self.cfg.eval_batch_size) // world_size),
             shuffle=train,
-            augment=train and (int(self.cfg.random_crop_padding) > 0 or bool(self.cfg.horizontal_flip)),
-            crop_padding=int(self.cfg.random_crop_padding),
-            flip=bool(self.cfg.horizontal_flip),
+            augment=train and (crop > 0 or flip),
+            crop_padding=crop,
+            flip=flip,
             seed=self.seed,
             drop_last=train,  # MixUp needs even, equal batches
             rank=rank,
             world_size=world_size,
             stats=self.stats,
         )
-
-    def _eval_batch(self, world_size: int) -> int:
-        return max(1, int(self.cfg.eval_batch_size) // world_size)
 
     def train_dataloader(self) -> DeviceBatches:
         return self._batches(self.train, train=True)

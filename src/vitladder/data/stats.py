@@ -1,8 +1,8 @@
 """Per-channel mean and standard deviation of uint8 images: the normalisation a model is trained with.
 
-A source may publish its statistics (CIFAR-10 does); otherwise they are computed from the images that train
-(the training split, after the validation hold-out). They travel with the model (model.safetensors, last.ckpt), so
-the analysis, the demo and the benchmark normalise exactly as training did.
+A source may publish its statistics (CIFAR-10 does); otherwise they are those of the images that train (the training
+split, after the validation hold-out). They travel with the model (model.safetensors, last.ckpt), so the analysis,
+the demo and the benchmark normalise exactly as training did.
 """
 
 from __future__ import annotations
@@ -27,34 +27,29 @@ class ChannelStats:
 
     @classmethod
     def from_dict(cls, raw: object) -> ChannelStats:
-        """From ``to_dict``'s form as read from a file (anyone's): a ValueError unless it is 3 finite means
-        and 3 positive finite deviations."""
+        """From ``to_dict``'s form as read from anyone's file: a ValueError unless it is 3 finite means and 3
+        positive finite deviations."""
         if not isinstance(raw, Mapping):
             raise ValueError("normalisation is not a mapping of mean and std")
-        mean, std = raw.get("mean"), raw.get("std")
-        for name, values, low in (("mean", mean, -math.inf), ("std", std, 0.0)):
+        for name, low in (("mean", -math.inf), ("std", 0.0)):
+            values = raw.get(name)
             ok = isinstance(values, (list, tuple)) and len(values) == 3
             ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             if not ok or not all(math.isfinite(v) and v > low for v in values):
                 raise ValueError(f"normalisation {name} is not 3 finite numbers" + (" above 0" if low == 0 else ""))
-        return cls(tuple(float(v) for v in mean), tuple(float(v) for v in std))
+        return cls(tuple(map(float, raw["mean"])), tuple(map(float, raw["std"])))
 
 
 def channel_stats(images_u8: Tensor, chunk: int = 4096) -> ChannelStats:
-    """Mean and (population) standard deviation of each channel of ``images_u8`` ``(N, C, H, W)``, in [0, 1].
-
-    Sums in float64 over ``chunk`` images at a time: memory stays bounded however many images there are,
-    and 50,000 images sum without float32's rounding."""
+    """Mean and (population) standard deviation of each channel of ``images_u8`` (N, C, H, W), in [0, 1], summed in
+    float64 over ``chunk`` images at a time: bounded memory, and 50,000 images sum without float32's rounding."""
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
         raise ValueError(f"expected (N, C, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)}")
-    channels = images_u8.shape[1]
-    total = torch.zeros(channels, dtype=torch.float64)  # (C,) sum of x
-    squares = torch.zeros(channels, dtype=torch.float64)  # (C,) sum of x^2
+    total, squares = torch.zeros(2, images_u8.shape[1], dtype=torch.float64)  # (C,) each: sums of x and of x^2
     for start in range(0, len(images_u8), chunk):
         x = images_u8[start : start + chunk].to("cpu", torch.float64) / 255  # (B, C, H, W)
-        total += x.sum(dim=(0, 2, 3))
-        squares += x.square().sum(dim=(0, 2, 3))
-    count = images_u8.numel() // channels
+        total, squares = total + x.sum(dim=(0, 2, 3)), squares + x.square().sum(dim=(0, 2, 3))
+    count = images_u8.numel() // images_u8.shape[1]
     mean = total / count  # (C,)
     std = (squares / count - mean.square()).clamp_min(0).sqrt()  # (C,)
     # A channel that never varies (a blank set) would divide by zero: leave its scale alone.

@@ -1,13 +1,9 @@
-"""Where the pixels come from: one module per data source, found by name from ``data=<source>``.
+"""Where the pixels come from: one module per data source, found by its name in ``data=<source>``.
 
-A source is a module ``vitladder.data.sources.<name>`` (with its ``conf/data/<name>.yaml``) that defines
-``load(data_cfg) -> ImageSplits``: the images, on the CPU as uint8, downloaded or decoded (and cached) first
-where needed. Lightning's ``prepare_data`` hook loads on one process per machine, so a download or a decode
-happens once; ``setup`` then loads in every process, from that cache, and the process keeps what it loaded.
-
-Every source returns the same :class:`ImageSplits`, so the rest of the pipeline (validation split, statistics,
-device batches, augmentation) never cares which one ran. Modules whose name starts with ``_`` are helpers,
-not sources. Every problem a user can fix is raised as a one-line :class:`~vitladder.errors.DataError`.
+A source is a module of this package (its values in ``conf/data/<name>.yaml``, optional) that defines
+``load(data_cfg) -> ImageSplits``, downloading or decoding (and caching) first where needed, and a
+``Config(DataConfig)`` if it has keys of its own; a module whose name starts with ``_`` is no source. Every source
+returns the same ImageSplits, so nothing after the load cares which one ran.
 """
 
 from __future__ import annotations
@@ -31,7 +27,6 @@ if TYPE_CHECKING:
 
     from vitladder.data.stats import ChannelStats
 
-
 # What the pixels are (ImageSplits.origin), said beside every result (done.json, report.md, ladder.csv, the GPU
 # check): the article's figures come from the official pixels, and a lossy copy trains a little worse.
 OFFICIAL_CIFAR10 = "official CIFAR-10 pixels"
@@ -47,17 +42,15 @@ class ImageSplits:
     test_images: torch.Tensor  # (M, 3, S, S) uint8
     test_labels: torch.Tensor  # (M,) int64
     classes: tuple[str, ...]
-    # True when the test images come in the dataset's official order (torchvision's CIFAR-10), so
-    # "the first N test images" means the published ones; False for files grouped by class.
+    # True when the test images come in the dataset's official order (torchvision's CIFAR-10), so "the first N test
+    # images" are the published ones; False for files grouped by class.
     official_test_order: bool = False
-    # The statistics the source publishes (CIFAR-10's); None: computed from the training split.
-    stats: ChannelStats | None = None
+    stats: ChannelStats | None = None  # the statistics the source publishes (CIFAR-10's); None: the training split's
     origin: str = OTHER  # what the pixels are: OFFICIAL_CIFAR10, CIFAR10_JPEG, SYNTHETIC or OTHER
 
     @property
     def image_size(self) -> int:
-        """S: the side of the square images, the same in both splits."""
-        return int(self.train_images.shape[-1])
+        return int(self.train_images.shape[-1])  # S, the same in both splits
 
     @property
     def num_classes(self) -> int:
@@ -74,17 +67,14 @@ class ImageSplits:
 
 
 def source_names() -> list[str]:
-    """The data= options: every public module of this package, sorted."""
     return sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
 
 
 def source_named(name: str) -> ModuleType:
     """The module of ``data=<name>``; an unknown name is one line listing the known ones."""
-    names = source_names()
-    if name not in names:
+    if name not in (names := source_names()):
         options = [f"data={n}" for n in names]
-        options = f"{', '.join(options[:-1])} or {options[-1]}" if len(options) > 1 else options[0]
-        raise DataError(f"unknown data source '{name}': use {options}")
+        raise DataError(f"unknown data source '{name}': use {', '.join(options[:-1])} or {options[-1]}")
     return importlib.import_module(f"{__name__}.{name}")
 
 
@@ -105,8 +95,7 @@ def _identity(data_cfg: DictConfig) -> str:
 
 def load(data_cfg: DictConfig) -> ImageSplits:
     """The images of ``data=<source>``, loaded once per process (the same object for the same source keys)."""
-    key = _identity(data_cfg)
-    if key not in _loaded:
+    if (key := _identity(data_cfg)) not in _loaded:
         splits = source_named(data_cfg.source).load(data_cfg)
         _loaded.clear()
         _loaded[key] = splits
@@ -114,10 +103,8 @@ def load(data_cfg: DictConfig) -> ImageSplits:
 
 
 def describe(data_cfg: DictConfig) -> dict:
-    """What the run's data set is, in the same terms for every source: its name, the values of the source's own
-    keys, and the digest, sizes and classes of the arrays it loaded (this process's load, not a new one)."""
-    splits = load(data_cfg)
-    values = _source_values(data_cfg)
+    """What the run's data set is, in the same terms for every source (this process's load, not a new one)."""
+    splits, values = load(data_cfg), _source_values(data_cfg)
     return {
         "source": values.pop("source"),
         "config": values,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,10 @@ from vitladder.errors import DataError
 # statistics travelled with it was normalised with these, whatever its source.
 STATS = ChannelStats(mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616))
 DOWNLOAD_TIMEOUT_S = 30.0
+LOCAL_COPY = (
+    "use a local copy with data.root=PATH (the folder holding cifar-10-batches-py) "
+    "or data=imagefolder data.root=PATH/cifar10-jpeg.tar.xz"
+)
 
 
 @dataclass
@@ -34,68 +37,33 @@ def load(data_cfg: DictConfig) -> ImageSplits:
     return load_cifar10(Path(data_cfg.root), download=True)
 
 
-@contextlib.contextmanager
-def _socket_timeout(seconds: float) -> Iterator[None]:
-    # torchvision's urlopen has no timeout: on a network that drops packets silently it would hang
-    # for minutes. A default socket timeout turns that into an error we can explain.
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
-
-
-def _datasets(root: Path, download: bool) -> tuple:
-    """torchvision's (train, test) CIFAR10 datasets under ``root``, downloaded there if asked and needed."""
-    from torchvision import datasets  # imported here: only this source needs it
-
-    root = root.expanduser()
-    if root.name == "cifar-10-batches-py":  # accept the batches folder itself as well as its parent
-        root = root.parent
-    local_copy = (
-        "use a local copy with data.root=PATH (the folder holding cifar-10-batches-py) "
-        "or data=imagefolder data.root=PATH/cifar10-jpeg.tar.xz"
-    )
-    made = [folder for folder in (root, *root.parents) if not folder.exists()]  # what the download would create
-    try:
-        with _socket_timeout(DOWNLOAD_TIMEOUT_S):
-            return (
-                datasets.CIFAR10(str(root), train=True, download=download),
-                datasets.CIFAR10(str(root), train=False, download=download),
-            )
-    except (OSError, RuntimeError) as error:  # URLError and socket.timeout are OSErrors
-        if download:
-            for folder in made:  # deepest first; one holding a partial download stays
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            raise DataError(
-                f"could not download CIFAR-10 into {root} (no network?): run again with a network; or, for a JPEG "
-                "copy laid out as train/<class>/ and test/<class>/, make ladder DATA=PATH/cifar10-jpeg.tar.xz; "
-                f"or {local_copy}"
-            ) from error
-        raise DataError(
-            f"CIFAR-10 not found or corrupted in {root} (no valid cifar-10-batches-py): {local_copy}"
-        ) from error
-
-
 def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
-    """CIFAR-10 from ``root/cifar-10-batches-py`` (checksums verified), downloaded there if needed."""
-    train, test = _datasets(Path(root), download)
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (or that folder itself), downloaded there if asked and needed."""
+    from torchvision.datasets import CIFAR10  # imported here: only this source needs it
 
-    def to_tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
-        images = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))  # (N, 3, 32, 32)
-        return images, torch.tensor(ds.targets, dtype=torch.int64)
-
-    train_images, train_labels = to_tensors(train)
-    test_images, test_labels = to_tensors(test)
-    return ImageSplits(
-        train_images,
-        train_labels,
-        test_images,
-        test_labels,
-        tuple(train.classes),
-        official_test_order=True,
-        stats=STATS,
-        origin=OFFICIAL_CIFAR10,
-    )
+    root = Path(root).expanduser()
+    root = root.parent if root.name == "cifar-10-batches-py" else root
+    made = [folder for folder in (root, *root.parents) if not folder.exists()]  # what a download would create
+    previous_timeout = socket.getdefaulttimeout()
+    # torchvision's urlopen has no timeout: on a network that drops packets silently it would hang for minutes.
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        train, test = (CIFAR10(str(root), train=is_train, download=download) for is_train in (True, False))
+    except (OSError, RuntimeError) as error:  # URLError and socket.timeout are OSErrors
+        if not download:
+            raise DataError(
+                f"CIFAR-10 not found or corrupted in {root} (no valid cifar-10-batches-py): {LOCAL_COPY}"
+            ) from error
+        for folder in made:  # deepest first; one holding a partial download stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise DataError(
+            f"could not download CIFAR-10 into {root} (no network?): run again with a network; or, for a JPEG copy "
+            f"laid out as train/<class>/ and test/<class>/, make ladder DATA=PATH/cifar10-jpeg.tar.xz; or {LOCAL_COPY}"
+        ) from error
+    finally:
+        socket.setdefaulttimeout(previous_timeout)
+    tensors = []
+    for ds in (train, test):  # HWC uint8 images -> (N, 3, 32, 32), and (N,) int64 labels
+        tensors += [torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))), torch.tensor(ds.targets)]
+    return ImageSplits(*tensors, tuple(train.classes), official_test_order=True, stats=STATS, origin=OFFICIAL_CIFAR10)

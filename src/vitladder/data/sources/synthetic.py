@@ -1,4 +1,11 @@
-"""``data=synthetic``: stripes of 2 orientations x 5 spatial frequencies, learnable in a CPU minute; no download."""
+"""``data=synthetic``: stripes of 2 orientations x 5 spatial frequencies, learnable in a CPU minute; no download.
+
+Phase, contrast, tint, background and pixel noise are drawn per image from the same laws for every class, so no class
+has its own colour: only the spatial pattern tells them apart. Vertical and horizontal stripes are their own mirror
+images, and a shift only moves their phase, so the classes survive the ladder's flip and crop (a 30-degree grating
+would turn into a 150-degree one under a flip). Telling 2 from 3.5 cycles needs more than one 4-px patch: the model
+has to relate patches.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,10 @@ from omegaconf import DictConfig
 
 from vitladder.config_schema import DataConfig, at_least, setting
 from vitladder.data.sources import SYNTHETIC, ImageSplits
-from vitladder.errors import DataError
+
+ORIENTATIONS_DEG = {"grating_0deg": 0.0, "grating_90deg": 90.0}
+CYCLES = {"2cyc": 2.0, "3.5cyc": 3.5, "5cyc": 5.0, "7cyc": 7.0, "10cyc": 10.0}  # per image width
+CLASSES = tuple(f"{o}_{c}" for c in CYCLES for o in ORIENTATIONS_DEG)
 
 
 @dataclass
@@ -25,25 +35,14 @@ def load(data_cfg: DictConfig) -> ImageSplits:
     return make_synthetic(int(data_cfg.num_train), int(data_cfg.num_test), seed=int(data_cfg.get("seed", 0)))
 
 
-# Vertical (0 deg) and horizontal (90 deg) stripes are their own mirror images, and a shift only
-# moves their phase, so the classes survive the ladder's flip and crop augmentation (a 30-degree
-# grating would turn into a 150-degree one under a flip). Telling 2 from 3.5 cycles needs more
-# than one 4-px patch: the model has to relate patches.
-SYNTHETIC_ORIENTATIONS_DEG = {"grating_0deg": 0.0, "grating_90deg": 90.0}
-SYNTHETIC_CYCLES = {"2cyc": 2.0, "3.5cyc": 3.5, "5cyc": 5.0, "7cyc": 7.0, "10cyc": 10.0}  # per image width
-SYNTHETIC_CLASSES = tuple(f"{o}_{c}" for c in SYNTHETIC_CYCLES for o in SYNTHETIC_ORIENTATIONS_DEG)
-
-
-def _synthetic_images(labels: torch.Tensor, image_size: int, generator: torch.Generator) -> torch.Tensor:
-    n, num_orientations = labels.numel(), len(SYNTHETIC_ORIENTATIONS_DEG)
-    angle = torch.tensor(list(SYNTHETIC_ORIENTATIONS_DEG.values())).deg2rad()[labels % num_orientations]  # (N,)
-    cycles = torch.tensor(list(SYNTHETIC_CYCLES.values()))[labels // num_orientations]  # (N,)
+def _images(labels: torch.Tensor, image_size: int, generator: torch.Generator) -> torch.Tensor:
+    n = labels.numel()
+    angle = torch.tensor(list(ORIENTATIONS_DEG.values())).deg2rad()[labels % len(ORIENTATIONS_DEG)]  # (N,)
+    cycles = torch.tensor(list(CYCLES.values()))[labels // len(ORIENTATIONS_DEG)]  # (N,)
     phase = torch.rand(n, generator=generator) * 2 * math.pi  # (N,)
-    # Contrast, tint and background follow the same law for every class: no class has its own colour.
     contrast = 0.2 + 0.25 * torch.rand(n, generator=generator)  # (N,)
-    tint = 0.3 + 0.7 * torch.rand(n, 3, generator=generator)  # (N, 3) how strongly each channel shows it
+    tint = 0.3 + 0.7 * torch.rand(n, 3, generator=generator)  # (N, 3) how strongly each channel shows the stripes
     background = 0.3 + 0.4 * torch.rand(n, 3, generator=generator)  # (N, 3)
-
     coords = (torch.arange(image_size, dtype=torch.float32) + 0.5) / image_size  # (S,) in [0, 1)
     y, x = torch.meshgrid(coords, coords, indexing="ij")  # (S, S)
     along = x * angle.cos()[:, None, None] + y * angle.sin()[:, None, None]  # (N, S, S) in image widths
@@ -54,26 +53,10 @@ def _synthetic_images(labels: torch.Tensor, image_size: int, generator: torch.Ge
 
 
 def make_synthetic(num_train: int, num_test: int, seed: int = 0, image_size: int = 32) -> ImageSplits:
-    """A 10-class set of noisy sinusoidal stripes: 2 orientations x 5 spatial frequencies.
-
-    Phase, contrast, colour tint, background colour and pixel noise are random per image, drawn
-    from the same laws for every class, so no class differs in mean colour: only the spatial
-    pattern tells them apart. Labels cycle through the classes, so the classes are balanced.
-    Deterministic given ``seed``.
-    """
-    if num_train < 0 or num_test < 0 or image_size < 4:
-        raise DataError(
-            f"synthetic data needs num_train, num_test >= 0 and image_size >= 4, "
-            f"got {num_train}, {num_test}, {image_size}"
-        )
+    """Balanced classes (the labels cycle through them, then are shuffled), deterministic given ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    num_classes = len(SYNTHETIC_CLASSES)
-
-    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        labels = torch.arange(n, dtype=torch.int64) % num_classes
-        labels = labels[torch.randperm(n, generator=generator)]
-        return _synthetic_images(labels, image_size, generator), labels
-
-    train_images, train_labels = split(num_train)
-    test_images, test_labels = split(num_test)
-    return ImageSplits(train_images, train_labels, test_images, test_labels, SYNTHETIC_CLASSES, origin=SYNTHETIC)
+    tensors = []
+    for n in (num_train, num_test):
+        labels = (torch.arange(n, dtype=torch.int64) % len(CLASSES))[torch.randperm(n, generator=generator)]
+        tensors += [_images(labels, image_size, generator), labels]
+    return ImageSplits(*tensors, CLASSES, origin=SYNTHETIC)
