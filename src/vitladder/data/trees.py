@@ -255,19 +255,15 @@ class ArchiveTree:
 
 
 def read_archive(
-    source: Path,
-    max_file_bytes: int,
-    wanted: Callable[[Parts], bool],
-    decode: Callable[[bytes, Parts], object],
-    opener: Callable = open,
-) -> tuple[set[Parts], dict[Parts, object]]:
-    """(folders, {wanted path: decode(the bytes and path of the member it leads to), or the DataError that stands for
-    it}) of a tar archive read as a stream, in one pass (so decompressed once), each member refused at its header
-    when over the limits. Every regular member is decoded: a link may lead to any of them."""
+    source: Path, max_file_bytes: int, wanted: Callable[[Parts], bool]
+) -> tuple[set[Parts], dict[Parts, bytes | DataError]]:
+    """(folders, {wanted path: the bytes of the member it leads to, or the DataError that stands for it}) of a tar
+    archive read as a stream, in one pass (so decompressed once), each member refused at its header when over the
+    limits. Every regular member is kept: a link may lead to any of them."""
     entries: dict[Parts, Entry] = {}
-    decoded: dict[Parts, object] = {}
+    data: dict[Parts, bytes] = {}
     count = total = 0
-    with opener(source, "rb") as raw:
+    with open(source, "rb") as raw:
         magic = raw.read(6)
         raw.seek(0)
         unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if magic.startswith(start)), None)
@@ -292,7 +288,7 @@ def read_archive(
                 if parts:
                     entries[parts] = Entry(kind, member.size, member.linkname)
                 if parts and kind == "file":
-                    decoded[parts] = decode(archive.extractfile(member).read(), parts)
+                    data[parts] = archive.extractfile(member).read()
             # Read on to the end: a compressed stream checks its end marker and checksum only there, and a tar cut
             # at a member boundary shows only as a missing end-of-archive block.
             tail, stream.headers_end = 0, stream.limit
@@ -302,4 +298,4 @@ def read_archive(
             if stream.count < archive.offset + tarfile.BLOCKSIZE:
                 raise tarfile.ReadError("no end-of-archive block")
     dirs, files = walk(ArchiveTree(entries), source, max_file_bytes, wanted)
-    return dirs, {parts: decoded[node.key] if isinstance(node, Node) else node for parts, node in files.items()}
+    return dirs, {parts: data[node.key] if isinstance(node, Node) else node for parts, node in files.items()}

@@ -5,7 +5,6 @@ uint8 arrays in ``data.cache_dir`` under a fingerprint of the source."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import io
 import logging
@@ -13,7 +12,6 @@ import lzma
 import math
 import tarfile
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,25 +91,29 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
     raise DataError(f"{source}: {name} is {width}x{height}, more than {MAX_SIDE} px a side: resize it or remove it")
 
 
-def _decoder(source: Path) -> Callable[[bytes, Parts], np.ndarray | DataError]:
-    """decode(bytes, path): the pixels, or the DataError that stands for them (it matters only in the layout); one
-    line once the pixels decoded in all are over trees.MAX_TOTAL_BYTES (small files can hold huge images)."""
-    decoded = 0
-
-    def decode(data: bytes, parts: Parts) -> np.ndarray | DataError:
-        nonlocal decoded
+def _decode(
+    source: Path, found: dict[Parts, bytes | Node | DataError], folder: FolderTree | None, max_file_bytes: int
+) -> dict[Parts, np.ndarray | DataError]:
+    """Each image decoded (a folder's file read first), or the DataError that stands for it: it matters only if the
+    file is in the layout. One line once the pixels are over trees.MAX_TOTAL_BYTES (small files, huge images)."""
+    console, images, pixels = Console(stderr=True), {}, 0
+    big = len(found) > 2000  # a bar on a terminal, a line in a log, for a job that takes a while
+    if big and not console.is_terminal:
+        log.info("decoding %s once (done once, then cached)", source.name)
+    bar = {"console": console, "transient": True, "disable": not (big and console.is_terminal)}
+    for parts, item in rich.progress.track(sorted(found.items()), f"decoding {source.name} once", **bar):
         try:
-            pixels = _decode_image(data, show(parts), source)
+            data = folder.read(parts, max_file_bytes) if isinstance(item, Node) else item
+            image = data if isinstance(data, DataError) else _decode_image(data, show(parts), source)
         except DataError as error:
-            return error
-        if (decoded := decoded + pixels.nbytes) > trees.MAX_TOTAL_BYTES:
+            image = error
+        images[parts] = image
+        if (pixels := pixels + getattr(image, "nbytes", 0)) > trees.MAX_TOTAL_BYTES:
             raise DataError(
                 f"{source} decodes to over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB of pixels: "
                 "too big for one data set of small images; use smaller images or split it"
             )
-        return pixels
-
-    return decode
+    return images
 
 
 def _is_candidate(parts: Parts) -> bool:
@@ -227,28 +229,15 @@ def load_image_folder(
     with contextlib.suppress(Exception), np.load(cache_path, allow_pickle=False) as cached:
         return _splits({name: cached[name] for name in cached.files})
 
-    decode, console = _decoder(source), Console(stderr=True)
-    big = size > 1 << 20 if folder is None else len(listing[1]) > 2000
-    if big and not console.is_terminal:
-        log.info("decoding %s once (done once, then cached)", source.name)
-    bar = {"description": f"decoding {source.name} once", "console": console, "transient": True}
-    bar["disable"] = not (big and console.is_terminal)  # a bar on a terminal, for a job that takes a while
     if folder is None:
-        try:  # the bar counts the compressed bytes read
-            opener = functools.partial(rich.progress.open, **bar)
-            dirs, images = read_archive(source, max_file_bytes, _is_candidate, decode, opener)
+        try:
+            dirs, found = read_archive(source, max_file_bytes, _is_candidate)
         except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError, ValueError) as error:
             detail = f"{type(error).__name__}: {error}"[:80]
             raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
     else:
-        (dirs, files), images = listing, {}
-        for parts, node in rich.progress.track(sorted(files.items()), **bar):
-            try:  # an error is kept: it matters only if the file is in the layout
-                images[parts] = (
-                    node if isinstance(node, DataError) else decode(folder.read(parts, max_file_bytes), parts)
-                )
-            except DataError as error:
-                images[parts] = error
+        dirs, found = listing
+    images = _decode(source, found, folder, max_file_bytes)
     arrays = _assemble(source, dirs, images)
     arrays["origin"] = np.asarray(_origin(arrays, {Path(parts[-1]).suffix.lower() for parts in images}))
     try:  # atomic: a crash or a parallel run never leaves half a cache
