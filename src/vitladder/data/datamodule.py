@@ -69,17 +69,15 @@ class ImageDataModule(L.LightningDataModule):
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg, self.seed = data_cfg, seed
-        self.classes: tuple[str, ...] = ()
-        self.image_size = 0
+        self.splits: ImageSplits | None = None  # the source's images
         self.stats: ChannelStats | None = None
-        self.origin, self.official_test_order = sources.OTHER, False
         self.train: Split | None = None
         self.val: Split | None = None
         self.test: Split | None = None
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
+    classes = property(lambda self: self.splits.classes)
+    num_classes = property(lambda self: self.splits.num_classes)
+    image_size = property(lambda self: self.splits.image_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -92,9 +90,8 @@ class ImageDataModule(L.LightningDataModule):
         sources.load(self.cfg)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train is None:  # the first call: run.py sets up before the trainer exists, to fail early
-            splits = sources.load(self.cfg)
-            cfg = self.cfg
+        if self.splits is None:  # the first call: run.py sets up before the trainer exists, to fail early
+            cfg, splits = self.cfg, sources.load(self.cfg)
             train, val, test = split_train_val_test(
                 splits, int(cfg.val_size), int(cfg.split_seed), cfg.train_subset, cfg.test_subset
             )
@@ -103,9 +100,7 @@ class ImageDataModule(L.LightningDataModule):
                     f"data.batch_size={int(cfg.batch_size)} is larger than the training split "
                     f"({len(train.labels)} images): lower data.batch_size"
                 )
-            self.classes, self.image_size = splits.classes, splits.image_size
-            self.stats = splits.stats or channel_stats(train.images)  # the images that train
-            self.origin, self.official_test_order = splits.origin, splits.official_test_order
+            self.splits, self.stats = splits, splits.stats or channel_stats(train.images)  # the images that train
             self.train, self.val, self.test = train, val, test
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         self.train, self.val, self.test = (
@@ -116,23 +111,21 @@ class ImageDataModule(L.LightningDataModule):
         """What the run's data are, for done.json and every report: the pixels (ImageSplits.origin), the images of
         each split, and whether the test images are in the official order or a seeded sample."""
         return {
-            "data": self.origin,
+            "data": self.splits.origin,
             "train_images": len(self.train.labels),
             "val_images": len(self.val.labels),
             "test_images": len(self.test.labels),
-            "test_order": "official" if self.official_test_order else "seeded",
+            "test_order": "official" if self.splits.official_test_order else "seeded",
         }
 
     def _batches(self, split: Split, train: bool) -> DeviceBatches:
         rank, world_size = (0, 1) if self.trainer is None else (self.trainer.global_rank, self.trainer.world_size)
         crop, flip = int(self.cfg.random_crop_padding), bool(self.cfg.horizontal_flip)
+        eval_batch = max(1, int(self.cfg.eval_batch_size) // world_size)  # each device's share; no batch is dropped
         return DeviceBatches(
             split.images,
             split.labels,
-            # Evaluation batches: each device takes its share of the global eval batch; none is dropped.
-            per_device_batch(int(self.cfg.batch_size), world_size)
-            if train
-            else max(1, int(self.cfg.eval_batch_size) // world_size),
+            per_device_batch(int(self.cfg.batch_size), world_size) if train else eval_batch,
             shuffle=train,
             augment=train and (crop > 0 or flip),
             crop_padding=crop,

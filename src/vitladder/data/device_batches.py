@@ -25,18 +25,17 @@ def stream_seed(*parts: object) -> int:
 @dataclass(eq=False, repr=False)
 class DeviceBatches:
     """Yields ``(images, labels)``: (B, C, H, W) float32 normalised with ``stats`` and (B,) int64, on the images'
-    device. ``augment``: a random crop (``crop_padding`` 0: none) and, if ``flip``, a random horizontal flip. The order
-    and the augmentation of an epoch are a pure function of ``(seed, epoch, rank)``, so a resumed run sees the very
-    batches an uninterrupted one would have seen.
+    device; ``augment``: a random crop (``crop_padding`` 0: none) and, if ``flip``, a random horizontal flip. An
+    epoch's order and augmentation are a pure function of ``(seed, epoch, rank)``: a resumed run sees the batches an
+    uninterrupted one would have seen.
 
-    Every rank draws the same permutation and keeps ``perm[rank::world_size]``. Training (``drop_last``) cuts it to a
-    multiple of ``world_size`` and drops a rank's last, incomplete batch, so every rank takes as many equal batches,
-    as DDP's gradient all-reduce requires. Evaluation visits every sample exactly once over all ranks: no wrap-around
-    padding, so a rank may hold one sample (and one batch) fewer than another; no evaluation step makes a collective
-    call (the model has no buffers to broadcast), and metrics are synchronised once, at the epoch's end.
+    Every rank keeps ``perm[rank::world_size]`` of one permutation. Training (``drop_last``) cuts it to a multiple of
+    ``world_size`` and drops a rank's last, incomplete batch: every rank takes as many equal batches, as DDP's gradient
+    all-reduce requires. Evaluation visits every sample once over all ranks (no wrap-around padding; a rank may hold
+    one sample fewer): no evaluation step makes a collective call, and metrics are synchronised at the epoch's end.
 
-    Lightning calls ``loader.sampler.set_epoch(epoch)`` (this object is its own sampler) at the start of every training
-    epoch, on a resumed run after it has created the iterator: the epoch is read at the first batch.
+    Lightning calls ``loader.sampler.set_epoch(epoch)`` (this object is its own sampler) at each training epoch's
+    start, on a resumed run after it has created the iterator: the epoch is read at the first batch.
     """
 
     images: Tensor  # (N, C, H, W) uint8

@@ -1,10 +1,7 @@
-"""An image folder or a tar archive read as one tree of files, with every read bounded.
-
-Both are listed by the same walk, so a folder and the archive made from it list the same files: symlinks and hard
-links lead to what they name (in an archive, the member; a link out of the archive is refused), and a link that
-cannot be followed stops the load with one line that names it and counts the others. Only regular files are read,
-each refused unread over ``max_file_bytes`` (a file's stat size, an archive member's header size).
-"""
+"""An image folder or a tar archive read as one tree of files, every read bounded. Both are listed by the same walk,
+so a folder and the archive made from it list the same files: links lead to what they name (in an archive, to the
+member; a link out of it is refused), and a link that cannot be followed stops the load with one line that names it
+and counts the others. Only regular files are read, each refused unread over ``max_file_bytes``."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ MAX_LINK_HOPS = 40  # links followed to resolve one path, as Linux's ELOOP
 MAX_HEADER_BYTES = 1 << 20  # a member's headers (pax records, GNU long names, a sparse map) hold a path, not data
 HEADER_BYTES_PER_MEMBER = 2048  # allowed on average beside the members' data: a header, a pax record, padding
 MAX_TAIL_BYTES = 16 << 20  # after the end-of-archive blocks: record padding (GNU tar: 10 KiB)
-# What a file (its stat.S_IFMT) or an archive member (its type) is; anything else is "not a file" or "a member of an
-# unknown type"
+# What a file (its stat.S_IFMT) or an archive member (its type) is
 FILE_KINDS = {stat.S_IFDIR: "dir", stat.S_IFREG: "file", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 FILE_KINDS |= {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 MEMBER_KINDS = {tarfile.DIRTYPE: "dir", tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
@@ -41,9 +37,7 @@ MEMBER_KINDS |= {tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character devic
 DECOMPRESSORS = {b"\x1f\x8b": gzip.open, b"\xfd7zXZ\x00": lzma.open, b"BZh": bz2.open}
 
 
-class Node(NamedTuple):
-    """What a path leads to, links followed."""
-
+class Node(NamedTuple):  # what a path leads to, links followed
     kind: str  # "dir", "file", or what else it is: "a FIFO", "a character device", ...
     size: int
     key: Hashable  # the real file or folder, whichever path leads to it
@@ -198,7 +192,7 @@ def relative_parts(name: str) -> Parts:
     return tuple(p for p in PurePosixPath(name).parts if p not in ("/", "."))
 
 
-class Entry(NamedTuple):
+class Entry(NamedTuple):  # an archive's member
     kind: str  # "dir", "file", "symlink", "hardlink", or what else it is
     size: int = 0
     target: str = ""  # a symlink's target (from its folder), a hard link's member name (from the top)

@@ -1,10 +1,7 @@
-"""Where the pixels come from: one module per data source, found by its name in ``data=<source>``.
-
-A source is a module of this package (its values in ``conf/data/<name>.yaml``, optional) that defines
-``load(data_cfg) -> ImageSplits``, downloading or decoding (and caching) first where needed, and a
-``Config(DataConfig)`` if it has keys of its own; a module whose name starts with ``_`` is no source. Every source
-returns the same ImageSplits, so nothing after the load cares which one ran.
-"""
+"""Where the pixels come from: a source is a module of this package, found by its name in ``data=<source>``, that
+defines ``load(data_cfg) -> ImageSplits`` (downloading or decoding and caching first where needed) and, for keys of
+its own, a ``Config(DataConfig)``; a module whose name starts with ``_`` is no source. Every source returns the same
+ImageSplits, so nothing after the load cares which one ran."""
 
 from __future__ import annotations
 
@@ -84,8 +81,7 @@ _loaded: dict[str, ImageSplits] = {}
 _SPLIT_KEYS = {f.name for f in fields(DataConfig)} - {"source"}  # how the images are used, not which images
 
 
-def _source_values(data_cfg: DictConfig) -> dict:
-    """The keys that choose the images (source, root, sizes...), not how they are split or batched."""
+def _source_values(data_cfg: DictConfig) -> dict:  # the keys that choose the images, not how they are used
     return {k: v for k, v in OmegaConf.to_container(data_cfg, resolve=True).items() if k not in _SPLIT_KEYS}
 
 

@@ -56,39 +56,35 @@ def load(data_cfg: DictConfig) -> ImageSplits:
     return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir), max_file_mib=max_file_mib)
 
 
-def _to_rgb(image: Image.Image, name: str, source: Path) -> np.ndarray:
-    """A loaded image of any mode -> (H, W, 3) uint8 RGB."""
-    # 16-bit grey: Pillow's convert("RGB") would clip every value above 255 to white. PNG and PPM hold at most
-    # 16 bits, so there an "I" image (older Pillow, PPM) is 16-bit grey too.
-    if image.mode.startswith("I;16") or (image.mode == "I" and image.format in ("PNG", "PPM")):
-        grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)  # (H, W): 65535 -> 255
-        return np.repeat(grey[:, :, None], 3, axis=2)
-    if image.mode in ("I", "F"):
-        raise DataError(
-            f"{source}: {name} has {'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels "
-            f"(mode {image.mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG"
-        )
-    if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
-        rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
-        return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
-    return np.asarray(image.convert("RGB"), dtype=np.uint8)
-
-
 def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
-    """One encoded image -> (H, W, 3) uint8 RGB, refused from its header when over MAX_SIDE a side."""
+    """One encoded image of any mode -> (H, W, 3) uint8 RGB."""
     try:
         with Image.open(io.BytesIO(data)) as image:
-            if max(image.size) <= MAX_SIDE:
-                image.load()
-                return _to_rgb(image, name, source)
-            width, height = image.size
+            if max(image.size) > MAX_SIDE:  # read from the header: refused before it is decoded
+                width, height = image.size
+                too_big = f"more than {MAX_SIDE} px a side: resize it or remove it"
+                raise DataError(f"{source}: {name} is {width}x{height}, {too_big}")
+            image.load()
+            # 16-bit grey: Pillow's convert("RGB") would clip every value above 255 to white. PNG and PPM hold at
+            # most 16 bits, so there an "I" image (older Pillow, PPM) is 16-bit grey too.
+            if image.mode.startswith("I;16") or (image.mode == "I" and image.format in ("PNG", "PPM")):
+                grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)  # (H, W)
+                return np.repeat(grey[:, :, None], 3, axis=2)
+            if image.mode in ("I", "F"):
+                raise DataError(
+                    f"{source}: {name} has {'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels "
+                    f"(mode {image.mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG"
+                )
+            if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
+                rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
+                return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except DataError:
         raise
     except Exception as error:  # Pillow raises many types for bad files; all mean "not an image"
         raise DataError(
             f"{source}: {name} is not a decodable image ({type(error).__name__}): remove or replace it"
         ) from error
-    raise DataError(f"{source}: {name} is {width}x{height}, more than {MAX_SIDE} px a side: resize it or remove it")
 
 
 def _decode(
@@ -144,10 +140,11 @@ def _assemble(source: Path, dirs: set[Parts], images: dict[Parts, np.ndarray | D
             raise DataError(f"{source}: {differ}")
         stacked, labels = [], []
         for label, name in enumerate(classes):
+            folder = (*prefix, name)
             # Sorted by path, so a folder and its archive give identical arrays whatever the tar order.
-            members = sorted(p for p in images if p[: len(prefix) + 1] == (*prefix, name))
+            members = sorted(p for p in images if p[: len(folder)] == folder)
             if not members:
-                raise DataError(f"{source}: class folder {show((*prefix, name))} has no images")
+                raise DataError(f"{source}: class folder {show(folder)} has no images")
             for parts in members:
                 if isinstance(image := images[parts], DataError):
                     raise image
@@ -227,7 +224,7 @@ def load_image_folder(
     cache_path = Path(cache_dir).expanduser() / name
     # No cache yet, or a truncated or foreign file: never fatal, the source is decoded again and the file replaced.
     with contextlib.suppress(Exception), np.load(cache_path, allow_pickle=False) as cached:
-        return _splits({name: cached[name] for name in cached.files})
+        return _splits({key: cached[key] for key in cached.files})
 
     if folder is None:
         try:
