@@ -1,5 +1,5 @@
 """A run's config: conf/ composed as train.py's Hydra composes it, checked against what the schema
-(config_schema.py) declares, and every mistake in it said on one line (Hydra's reports take several)."""
+(config_schema.py) declares, and each mistake said in one line (Hydra's and OmegaConf's reports take several)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from vitladder.config_schema import (
-    Config,
-    DataConfig,
-    data_schemas,
-    data_sources_with,
-    register_schema,
-    schema_keys,
-    valid_values,
-)
+from vitladder.config_schema import Config, data_schemas, register_schema, schema_keys, valid_values
 from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
@@ -48,14 +40,13 @@ def scale_epochs(epochs: int, scale: float) -> int:
 
 
 def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
-    """(max_epochs, warmup_epochs) as trained: trainer.max_epochs (optim.epochs after the profile's
-    epoch_scale, or set directly) and optim.warmup_epochs after the same scale (smoke trains 1% of them)."""
+    """(max_epochs, warmup_epochs) as trained: trainer.max_epochs and optim.warmup_epochs after the profile's scale."""
     return int(cfg.trainer.max_epochs), float(cfg.optim.warmup_epochs) * float(cfg.profile.epoch_scale)
 
 
 def register_resolvers() -> None:
-    """The resolvers conf/ calls; trainer.precision's default is the accelerator's (cuda_choices.py), and
-    rung_lines lists the rungs in `python train.py --help`."""
+    """conf/'s resolvers; trainer.precision's default follows the accelerator (cuda_choices.py), and rung_lines
+    lists the rungs in `python train.py --help`."""
     for name, resolver in {
         "seed_suffix": seed_suffix,
         "scale_epochs": scale_epochs,
@@ -86,7 +77,7 @@ def get_rung(rung: str) -> Rung:
 
 
 def rung_index(rung: str) -> int | None:
-    """The rung's position in the ladder (0: the first): the order of rungs in tables and charts."""
+    """The rung's position in the ladder (0: the first), the order of tables and charts; None if not a rung."""
     return rung_names().index(rung) if rung in rung_names() else None
 
 
@@ -130,8 +121,8 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
 
 @functools.cache
 def base_values(source: str) -> dict[str, Any]:
-    """conf/config.yaml with data=<source> and nothing else (no rung, no command line), resolved: what each key
-    is before anything chooses it."""
+    """conf/config.yaml with data=<source> alone (no rung, no command line), resolved: each key before anything
+    chooses it."""
     return OmegaConf.to_container(compose_unchecked([f"data={source}"]), resolve=True)
 
 
@@ -144,8 +135,8 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
-    """What composing cannot check, before anything is written: a rung chosen, no key Hydra force-added with `+`,
-    values in range, none left unset, interpolations that resolve. Raises a one-line UserError."""
+    """What composing does not check, before anything is written: a rung chosen, no key Hydra force-added with `+`,
+    values in range and set, interpolations that resolve. Raises a one-line UserError."""
     if cfg.rung not in rung_names():
         raise UserError(f"choose a rung with step=<rung>, one of {', '.join(rung_names())}")
     try:
@@ -155,8 +146,9 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
         errors = range_errors(cfg)  # before resolving: trainer.precision's resolver imports torch
-        missing = sorted(OmegaConf.missing_keys(cfg))
-        errors += [f"{key} has no value: give one on the command line, {key}=..." for key in missing]
+        errors += [
+            f"{key} has no value: give one on the command line, {key}=..." for key in OmegaConf.missing_keys(cfg)
+        ]
         if errors:
             raise UserError(errors[0])
         OmegaConf.to_container(cfg, resolve=True)
@@ -164,31 +156,26 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         raise explain(error, overrides) from None
 
 
-_ABSENT = object()
-
-
 def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value out of the range its schema field declares (the data source's keys included), then
-    the rules across keys. A key left unset is missing_keys' to report."""
-    source = data_schemas().get(OmegaConf.select(cfg, "data.source", default=None), DataConfig)
+    """One message per value outside the range its schema field declares, then per broken rule across keys."""
     errors = []
-    for key, in_range, words, example in valid_values(source):
+    for key, in_range, words, example in valid_values(OmegaConf.get_type(cfg, "data")):
         try:
-            value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+            value = OmegaConf.select(cfg, key, throw_on_missing=True)
         except MissingMandatoryValue:
-            continue  # validate reports it as missing
-        if value is not _ABSENT and not in_range(value):
+            continue  # validate says it has no value
+        if not in_range(value):
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
             errors.append(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
     probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
-    unknown = [name for name in OmegaConf.select(cfg, "analysis.probes", default=None) or () if name not in probes]
+    unknown = [name for name in cfg.analysis.probes or () if name not in probes]
     if unknown:
         errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
-    model = cfg.model
-    if model.num_heads >= 1 and model.embed_dim % model.num_heads:
+    heads, width = cfg.model.num_heads, cfg.model.embed_dim
+    if heads >= 1 and width % heads:
         errors.append(
-            f"model.embed_dim={model.embed_dim} is not valid: it must be a multiple of "
-            f"model.num_heads={model.num_heads}, e.g. model.embed_dim={64 * model.num_heads}"
+            f"model.embed_dim={width} is not valid: it must be a multiple of model.num_heads={heads}, "
+            f"e.g. model.embed_dim={64 * heads}"
         )
     return errors
 
@@ -199,7 +186,7 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
 
     cause, message = error.__cause__ or error, str(error)
     already = re.search(r"An item is already at '([^']+)'", message)
-    full_key = getattr(cause, "full_key", None)
+    full_key = re.sub(r"\[\d+\]$", "", getattr(cause, "full_key", None) or "")  # optim.betas[0]: the list
     if isinstance(error, OverrideParseException):
         return UserError(
             f"malformed override {error.override!r} ({error.message.strip().splitlines()[0]}): write key=value, "
@@ -214,23 +201,23 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and full_key:
         return UserError(unknown_key(full_key, getattr(cause, "object_type", None)))
     if isinstance(cause, ValidationError) and full_key:
-        return UserError(wrong_type(re.sub(r"\[\d+\]$", "", full_key), overrides))  # optim.betas[0]: the list
+        return UserError(wrong_type(full_key, overrides))
     first = next((line.strip() for line in message.splitlines() if line.strip()), type(error).__name__)
     return UserError(f"{first.rstrip('.')} (overrides: {' '.join(overrides)})")
 
 
 def missing_option(message: str) -> str:
-    """`data=imagenet`: Hydra's "Could not find 'data/imagenet'" and the options it lists, on one line; an unknown
-    rung lists the rungs in ladder order."""
+    """`data=imagenet`: Hydra's "Could not find 'data/imagenet'" and the options it lists, on one line (an unknown
+    rung: the rungs in ladder order)."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     found = re.search(r"Could not find '([^'/]+)/([^']+)'", lines[0])
-    if not found or not any(line.startswith("Available options") for line in lines):
+    listed = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
+    if not found or listed is None:
         return lines[0]
     group, option = found.groups()  # the groups are top-level: `data=../etc` is data
     if group == "step":
-        return str(UserError(f"unknown rung '{option}': choose one of {', '.join(rung_names())}"))
-    start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
-    options = [line for line in lines[start + 1 :] if " " not in line and "=" not in line]
+        return f"unknown rung '{option}': choose one of {', '.join(rung_names())}"
+    options = [line for line in lines[listed + 1 :] if " " not in line and "=" not in line]
     return f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(options)}"
 
 
@@ -238,47 +225,45 @@ def unknown_key(key: str, node_type: type | None = None) -> str:
     """`optim.lrr: no such key; did you mean optim.lr?`, from the schema's keys."""
     known = schema_keys()
     parent, _, name = key.rpartition(".")
-    if parent == "data" and data_sources_with(name):
+    owners = [source for source, schema in data_schemas().items() if f"data.{name}" in schema_keys(schema)]
+    if parent == "data" and owners:
         chosen = next((n for n, schema in data_schemas().items() if schema is node_type), None)
-        sources = " or ".join(f"data={source}" for source in data_sources_with(name))
+        sources = " or ".join(f"data={source}" for source in owners)
         return f"{key}: no such key{f' with data={chosen}' if chosen else ''}; it belongs to {sources}"
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if close:
         return f"{key}: no such key; did you mean {close[0]}?"
-    siblings = sorted({k.removeprefix(f"{parent}.").split(".")[0] for k in known if k.startswith(f"{parent}.")})
-    where = f"{parent} has" if parent else "the top level has"
-    siblings = siblings if parent else sorted({k.split(".")[0] for k in known})
-    return f"{key}: no such key; {where} {', '.join(siblings)} (see python train.py --help)"
+    prefix = f"{parent}." if parent else ""
+    siblings = sorted({k[len(prefix) :].split(".")[0] for k in known if k.startswith(prefix)})
+    return f"{key}: no such key; {parent or 'the top level'} has {', '.join(siblings)} (see python train.py --help)"
 
 
-WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
-LIST_WORDS = {int: "a list of integers", float: "a list of numbers"}
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}  # a schema type, in words
 
 
 def wrong_type(key: str, overrides: Sequence[str]) -> str:
     """`trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer, e.g. trainer.max_epochs=100`:
-    what the schema's type accepts, in words, and the key's value without the faulty override."""
+    what the schema's type takes, in words, and the key's value without the faulty override."""
     keys = schema_keys()
     given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
-    if key not in keys:
-        kind = "a block of keys, e.g. " + next(k for k in keys if k.startswith(f"{key}.")) + "=..."
-    else:
-        args = [arg for arg in typing.get_args(keys[key]) if arg is not type(None)]
-        hint = args[0] if type(None) in typing.get_args(keys[key]) else keys[key]
+    if key in keys:
+        hint, optional = keys[key], type(None) in typing.get_args(keys[key])
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
         if typing.get_origin(hint) is list:
-            kind = LIST_WORDS.get(typing.get_args(hint)[0], "a list")
+            kind = {int: "a list of integers", float: "a list of numbers"}.get(typing.get_args(hint)[0], "a list")
         else:
-            kind = WORDS.get(hint, "another kind of value")
-        kind += " or null" if hint is not keys[key] else ""
-    try:  # the example is a courtesy: any other mistake is reported once that one is fixed
+            kind = KINDS.get(hint, "another kind of value")
+        kind += " or null" if optional else ""
+    else:
+        kind = "a block of keys, e.g. " + next(k for k in keys if k.startswith(f"{key}.")) + "=..."
+    try:  # an example: the value without the faulty override, if the rest composes
         value = OmegaConf.select(compose_unchecked([o for o in overrides if o is not given]), key)
     except Exception:
         value = None
-    if isinstance(value, bool):
-        example = str(value).lower()
-    elif OmegaConf.is_list(value):
-        example = f"[{','.join(str(v) for v in value)}]"
-    else:
-        example = None if value is None or OmegaConf.is_config(value) else str(value)
+    if OmegaConf.is_list(value):
+        value = f"[{','.join(str(v) for v in value)}]"
+    elif isinstance(value, bool):
+        value = str(value).lower()
+    example = "" if value is None or OmegaConf.is_config(value) else f", e.g. {key}={value}"
     shown = given.partition("=")[2] if given else "?"
-    return f"{key}={shown!r} is not valid: {key} takes {kind}" + (f", e.g. {key}={example}" if example else "")
+    return f"{key}={shown!r} is not valid: {key} takes {kind}{example}"
