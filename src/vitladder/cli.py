@@ -22,11 +22,6 @@ F = TypeVar("F", bound=Callable)
 LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
 
 
-def fail(message: str, exit_code: int = 2) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(exit_code)
-
-
 def reports_user_errors(func: F) -> F:
     """Turns a UserError into `error: <message>` on stderr and its exit code, and so does a read or write the
     system refused (an OSError: full disk, no permission), naming the path. Every entry point runs through it,
@@ -37,10 +32,9 @@ def reports_user_errors(func: F) -> F:
         quiet_libraries()
         try:
             return func(*args, **kwargs)
-        except UserError as error:
-            fail(str(error), error.exit_code)
-        except OSError as error:
-            fail(describe_os_error(error))
+        except (UserError, OSError) as error:
+            print(f"error: {error if isinstance(error, UserError) else describe_os_error(error)}", file=sys.stderr)
+            raise SystemExit(getattr(error, "exit_code", 2)) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -146,9 +146,8 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
         errors = range_errors(cfg)  # before resolving: trainer.precision's resolver imports torch
-        errors += [
-            f"{key} has no value: give one on the command line, {key}=..." for key in OmegaConf.missing_keys(cfg)
-        ]
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        errors += [f"{key} has no value: give one on the command line, {key}=..." for key in missing]
         if errors:
             raise UserError(errors[0])
         OmegaConf.to_container(cfg, resolve=True)

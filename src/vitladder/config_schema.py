@@ -26,7 +26,11 @@ Valid = tuple[Callable[[Any], bool], str, str]
 
 
 def setting(
-    default: Any = MISSING, *, factory: Callable[[], Any] | None = None, valid: Valid | None = None, in_recipe=True
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    valid: Valid | None = None,
+    in_recipe: bool = True,
 ) -> Any:
     """A schema field: its default (or a factory for a block), its valid values, and whether it is part of the
     recipe (False for a key that changes no result, such as a cache folder or the W&B project)."""
@@ -160,8 +164,8 @@ class SpeedConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_n_epochs: int = setting(valid=at_least(0, "1", "0 (no checkpoint) or more"))  # last.ckpt every N-th epoch,
-    min_interval_s: float = setting(valid=at_least(0, "60", "0 (every epoch) or more seconds"))  # this long apart
+    every_n_epochs: int = setting(valid=at_least(0, "1", "0 (no checkpoint) or more"))  # last.ckpt every N-th epoch
+    min_interval_s: float = setting(valid=at_least(0, "60", "0 (every epoch) or more seconds"))  # ...this long apart
 
 
 @dataclass
@@ -272,9 +276,10 @@ def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str,
                 for data in [source] if source else data_schemas().values():
                     yield from walk(data, "data.")
                 continue
-            yield f"{prefix}{f.name}", f, hints[f.name]
-            if is_dataclass(hints[f.name]):
-                yield from walk(hints[f.name], f"{prefix}{f.name}.")
+            key, hint = f"{prefix}{f.name}", hints[f.name]
+            yield key, f, hint
+            if is_dataclass(hint):
+                yield from walk(hint, f"{key}.")
 
     return walk(Config, "")
 
