@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import warnings
@@ -102,7 +103,14 @@ def train_here(repo_root, monkeypatch):
 
     def run(*args: str) -> tuple[list, dict]:
         monkeypatch.setattr(sys, "argv", ["train.py", *args])
-        runpy.run_path(str(repo_root / "train.py"), run_name="__main__")
+        loggers = [logging.getLogger(), logging.getLogger("hydra")]  # conf/hydra/hydra_logging sets them up
+        saved = [(logger, logger.level, logger.handlers[:], logger.propagate) for logger in loggers]
+        try:
+            runpy.run_path(str(repo_root / "train.py"), run_name="__main__")
+        finally:
+            for logger, level, handlers, propagate in saved:  # as they were for the tests after this one
+                logger.handlers[:], logger.propagate = handlers, propagate
+                logger.setLevel(level)
         return trained, calls
 
     return run
