@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import logging
 import subprocess
 import sys
 import warnings
@@ -75,23 +75,109 @@ def test_a_sweep_is_checked_job_by_job_before_any_job_runs(train, tmp_path):
     assert not any(tmp_path.iterdir()), "not even the seed-0 jobs ran"
 
 
-def test_the_check_reads_hydras_flags_and_sweeps_as_hydra_does():
-    """check_command_line reads Hydra's flags with a parser of its own, as Hydra's is private (only this test reads
-    it): a flag Hydra adds that takes a value would otherwise have its value read as an override."""
-    from hydra._internal.utils import get_args_parser
+@pytest.fixture
+def train_here(repo_root, monkeypatch):
+    """train.py run in this process with its training left out: returns the configs its jobs would have trained
+    and how often the project composed a job's config (config.compose_unchecked) and validated one."""
+    import runpy
+    import types
 
-    from vitladder.cli import check_command_line
-    from vitladder.errors import UserError
+    from vitladder import cli, config
 
-    takes_a_value = re.findall(r"\[(--[\w-]+) [^\]]", " ".join(get_args_parser().format_usage().split()))
-    assert {"--cfg", "--package", "--config-dir", "--info"} <= set(takes_a_value)
-    for flag in takes_a_value:
-        check_command_line([flag, "job", "step=patch8"])
-    check_command_line(["-m", "step=patch8", "seed=range(0,2)", "optim.lr=interval(0.1,1)"])  # left to a sweeper
-    with pytest.raises(UserError, match="seed=-1 is not valid"):
-        check_command_line(["--multirun", "step=patch8", "seed=range(-1,1)"])
-    with pytest.raises(UserError, match="seed=-1 is not valid"):  # the last value of a key is the one that runs
-        check_command_line(["-m", "step=patch8", "seed=0,1", "seed=-1"])
+    trained, calls = [], {"compose": 0, "validate": 0}
+
+    def counted(name, function):
+        def count(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return count
+
+    monkeypatch.setattr(config, "compose_unchecked", counted("compose", config.compose_unchecked))
+    monkeypatch.setattr(config, "validate", counted("validate", config.validate))
+    monkeypatch.setattr(cli, "validate", config.validate)
+    monkeypatch.setattr(cli, "CHECKED", set())  # the jobs a sweep of this process checked: none yet
+    stub = types.SimpleNamespace(train_rung=lambda cfg, overrides: trained.append(cfg) or {"test_acc": 0.5})
+    monkeypatch.setitem(sys.modules, "vitladder.pipeline", stub)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "")  # restored after the test: run_app sets it
+
+    def run(*args: str) -> tuple[list, dict]:
+        monkeypatch.setattr(sys, "argv", ["train.py", *args])
+        loggers = [logging.getLogger(), logging.getLogger("hydra")]  # conf/hydra/hydra_logging sets them up
+        saved = [(logger, logger.level, logger.handlers[:], logger.propagate) for logger in loggers]
+        try:
+            runpy.run_path(str(repo_root / "train.py"), run_name="__main__")
+        finally:
+            for logger, level, handlers, propagate in saved:  # as they were for the tests after this one
+                logger.handlers[:], logger.propagate = handlers, propagate
+                logger.setLevel(level)
+        return trained, calls
+
+    return run
+
+
+def test_a_run_is_composed_by_hydra_alone_and_validated_once(train_here, tmp_path):
+    trained, calls = train_here("+step=augment", "seed=3", f"output_root={tmp_path}")
+    assert [(cfg.rung, cfg.seed) for cfg in trained] == [("augment", 3)]
+    assert calls == {"compose": 0, "validate": 1}, "Hydra composed it; the job validated it"
+
+
+def test_a_sweeps_jobs_are_composed_and_validated_once_each_before_the_first_runs(train_here, tmp_path):
+    trained, calls = train_here("-m", "step=patch8,augment", "seed=1", f"output_root={tmp_path}")
+    assert [(cfg.rung, cfg.seed) for cfg in trained] == [("patch8", 1), ("augment", 1)]
+    assert calls == {"compose": 2, "validate": 2}, "the check composed and validated each job; no job again"
+
+
+def test_a_job_the_sweep_check_did_not_see_validates_itself(train_here, tmp_path, monkeypatch):
+    # A sweep only a sweeper plugin expands, or a job that another process runs (SLURM's): checked in the job.
+    from vitladder import cli
+
+    monkeypatch.setattr(cli, "sweep_jobs", lambda overrides: [])
+    trained, calls = train_here("-m", "step=patch8,augment", f"output_root={tmp_path}")
+    assert len(trained) == 2 and calls == {"compose": 0, "validate": 2}
+    with pytest.raises(SystemExit) as exit_info:
+        train_here("-m", "step=patch8", "seed=-1", f"output_root={tmp_path}")
+    assert exit_info.value.code == 2 and len(trained) == 2
+
+
+def test_the_sweep_check_stops_at_the_first_job_in_error(monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    from vitladder import cli
+
+    monkeypatch.setattr(cli, "CHECKED", set())
+
+    def check(*overrides: str) -> None:  # what Hydra calls before a sweep, with the sweep's overrides
+        cli.CheckSweep().on_multirun_start(OmegaConf.create({"hydra": {"overrides": {"task": list(overrides)}}}))
+
+    check("step=warmup,patch8", "trainer.gradient_clip_val=1")
+    assert cli.CHECKED == {
+        ("step=warmup", "trainer.gradient_clip_val=1"),
+        ("step=patch8", "trainer.gradient_clip_val=1"),
+    }
+    for overrides, message in [
+        (["step=patch8,patch99"], "error: unknown rung 'patch99': choose one of patch8, augment"),
+        (["step=patch8,augment", "seed=0,-1"], "error: seed=-1 is not valid"),
+        (["seed=0,1"], "error: choose a rung with step=<rung>"),
+        (["step=patch8", "seed=0,1", "seed=-1"], "error: seed=-1 is not valid"),  # a key's last value is the one run
+        (["step=patch8", "optim.lrr=1,2"], "error: optim.lrr: no such key; did you mean optim.lr?"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            check(*overrides)
+        assert exit_info.value.code == 2 and capsys.readouterr().err.startswith(message), overrides
+
+
+def test_the_check_expands_a_sweep_as_hydras_basic_sweeper_does():
+    from vitladder.cli import sweep_jobs
+
+    assert sweep_jobs(["step=patch8,augment", "seed=range(0,2)"]) == [
+        ["step=patch8", "seed=0"],
+        ["step=patch8", "seed=1"],
+        ["step=augment", "seed=0"],
+        ["step=augment", "seed=1"],
+    ]
+    assert sweep_jobs(["seed=0,1", "step=patch8", "seed=5"]) == [["seed=5", "step=patch8"]]  # the last value wins
+    assert sweep_jobs(["step=patch8", "optim.lr=interval(0.1,1)"]) == []  # a sweeper plugin's: each job checks itself
 
 
 def test_missing_data_folder(train, tmp_path):

@@ -278,19 +278,6 @@ def test_step_with_or_without_plus_and_trainer_arguments_without_plus():
     assert cfg.trainer.val_check_interval == 0.5 and cfg.trainer.deterministic is True
 
 
-def test_the_command_line_is_checked_job_by_job():
-    from vitladder.cli import check_command_line
-
-    check_command_line(["step=warmup", "trainer.gradient_clip_val=1"])
-    check_command_line(["--help"])  # left to Hydra
-    with pytest.raises(UserError, match="unknown rung 'patch99'"):
-        check_command_line(["-m", "step=patch8,patch99"])
-    with pytest.raises(UserError, match="seed=-1 is not valid"):
-        check_command_line(["-m", "step=patch8,augment", "seed=0,-1"])
-    with pytest.raises(UserError, match="optim.lrr: no such key"):
-        check_command_line(["+step=patch8", "optim.lrr=1", "hydra.verbose=true"])
-
-
 def test_help_shows_the_rungs_groups_overrides_and_outputs(repo_root):
     result = run_train("--help", cwd=repo_root)
     assert result.returncode == 0, result.stderr

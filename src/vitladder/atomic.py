@@ -3,70 +3,46 @@ half a file: the previous version stays in place until the new one is complete a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
-def current_umask() -> int:
-    """The process umask. Linux shows it in /proc (no side effect); elsewhere it is set and restored."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+TEMPORARY_GLOB = ".*.tmp"  # atomic_path's temporary names: .<name>.<random>.tmp
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Makes a rename durable (the directory entry); not every platform or file system allows it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
+def fsync(path: Path) -> None:
+    """Flushes a file, or a folder's entries (a rename), to disk; not every platform or file system allows a folder."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 
 
-@contextmanager
+@contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yields a temporary path beside `path` (same folder, so the rename never crosses file systems);
-    if the block succeeds, the file is flushed to disk, given the umask's mode and renamed onto `path`."""
+    """Yields a temporary path beside `path` (same folder, so the rename never crosses file systems); if the
+    block succeeds, the file is flushed to disk and renamed onto `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # 0o666 less the umask, as open() gives
     try:
-        yield Path(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the data is on disk before the name points at it
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; outputs get the usual mode
+        yield tmp
+        fsync(tmp)  # the data is on disk before the name points at it
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        with contextlib.suppress(OSError):
+            fsync(path.parent)
     except OSError as error:
         if error.filename is None:  # a failed write() names no file: name the output for the one-line error
             error.filename = str(path)
         raise
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-TEMPORARY_GLOB = ".*.tmp"  # atomic_path's temporary names: .<name>.<random>.tmp
+        tmp.unlink(missing_ok=True)
 
 
 def remove_leftovers(folder: str | Path) -> list[Path]:

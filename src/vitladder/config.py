@@ -1,27 +1,35 @@
-"""Where the Hydra configs live, the ladder's rungs, composing a rung's config in code, and the checks
-the schema (config_schema.py) cannot make."""
+"""A run's config: conf/ composed as train.py's Hydra composes it, checked against what the schema
+(config_schema.py) declares, and each mistake said in one line (Hydra's and OmegaConf's reports take several)."""
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import functools
 import pkgutil
+import re
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
-from vitladder.config_errors import explain
-from vitladder.config_schema import Config, DataConfig, data_schemas, register_schema, valid_values
+from vitladder.config_schema import Config, data_schemas, register_schema, schema_keys, valid_values
 from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
 from vitladder.rungs import Rung, read_ladder
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-# analysis.probes' modules (analysis/probes/__init__.py): their names are read from the folder, not imported
-PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"
+PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"  # analysis.probes' names: its modules' files
 
 register_schema(CONF_DIR)  # conf/config.yaml's `- schema` default: registered by importing this module, as Hydra does
 
@@ -31,25 +39,21 @@ def scale_epochs(epochs: int, scale: float) -> int:
     return max(1, round(int(epochs) * float(scale)))
 
 
-def auto_precision(accelerator: str = "auto", rehearse_cuda: bool = False) -> str:
-    """trainer.precision's default, for the accelerator the run asks for (cuda_choices.py)."""
-    return cuda_choices(accelerator, rehearse_cuda).precision
-
-
-def rung_lines() -> str:
-    """`python train.py --help`'s list of the rungs (conf/hydra/help/vitladder.yaml): name and description."""
-    return "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder())
+def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
+    """(max_epochs, warmup_epochs) as trained: trainer.max_epochs and optim.warmup_epochs after the profile's scale."""
+    return int(cfg.trainer.max_epochs), float(cfg.optim.warmup_epochs) * float(cfg.profile.epoch_scale)
 
 
 def register_resolvers() -> None:
-    for name, resolver in (
-        ("seed_suffix", seed_suffix),
-        ("scale_epochs", scale_epochs),
-        ("auto_precision", auto_precision),
-        ("rung_lines", rung_lines),
-    ):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)
+    """conf/'s resolvers; trainer.precision's default follows the accelerator (cuda_choices.py), and rung_lines
+    lists the rungs in `python train.py --help`."""
+    for name, resolver in {
+        "seed_suffix": seed_suffix,
+        "scale_epochs": scale_epochs,
+        "auto_precision": lambda accelerator, rehearse_cuda: cuda_choices(accelerator, rehearse_cuda).precision,
+        "rung_lines": lambda: "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder()),
+    }.items():
+        OmegaConf.register_new_resolver(name, resolver, replace=True)
 
 
 @functools.cache
@@ -59,18 +63,7 @@ def ladder() -> tuple[Rung, ...]:
 
 
 def rung_names() -> tuple[str, ...]:
-    """The rungs' names in ladder order (patch8 first)."""
     return tuple(rung.name for rung in ladder())
-
-
-def get_rung(rung: str) -> Rung:
-    """A rung's description and reference figures (an unknown rung: the UserError of check_rung)."""
-    return next(r for r in ladder() if r.name == check_rung(rung))
-
-
-def rung_index(rung: str) -> int | None:
-    """The rung's position in the ladder (0 = the first rung): the order to sort rungs by in tables and charts."""
-    return rung_names().index(rung) if rung in rung_names() else None
 
 
 def check_rung(rung: str) -> str:
@@ -79,129 +72,197 @@ def check_rung(rung: str) -> str:
     return rung
 
 
+def get_rung(rung: str) -> Rung:
+    return ladder()[rung_names().index(check_rung(rung))]
+
+
+def rung_index(rung: str) -> int | None:
+    """The rung's position in the ladder (0: the first), the order of tables and charts; None if not a rung."""
+    return rung_names().index(rung) if rung in rung_names() else None
+
+
 def is_step_override(override: str) -> bool:
     """Whether a command-line override picks the rung: `step=augment`, `+step=patch8`, `~step`."""
     return override.partition("=")[0].lstrip("+~") == "step"
 
 
 def accept_plus_step(overrides: Sequence[str]) -> list[str]:
-    """`+step=<rung>` as `step=<rung>`. conf/config.yaml lists `step: null`, so Hydra's form is
-    `step=<rung>`; Hydra refuses `+` on a group already in the defaults list, and `+step=` is what
-    earlier versions of this project (and many Hydra projects) document."""
-    return [
-        override.lstrip("+") if override.startswith("+") and is_step_override(override) else override
-        for override in overrides
-    ]
+    """`+step=<rung>` as `step=<rung>`: Hydra refuses `+` on a group of the defaults list (conf/config.yaml has
+    `step: null`), and `+step=` is what earlier versions of this project (and many Hydra projects) document."""
+    return [o.lstrip("+") if o.startswith("+") and is_step_override(o) else o for o in overrides]
 
 
-def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """The config `python train.py step=<rung> <overrides>` would run, composed in-process and validated."""
-    check_rung(rung)
-    return compose_config([f"step={rung}", *overrides])
+def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
+    """conf/config.yaml with `overrides`, as Hydra composes it for train.py (inside train.py, by its Hydra)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_resolvers()
+    running = GlobalHydra.instance().is_initialized()
+    with contextlib.nullcontext() if running else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
 
 
 def compose_config(overrides: Sequence[str]) -> DictConfig:
-    """conf/config.yaml with command-line overrides, as Hydra composes it for train.py; a mistake is one
-    UserError line (config_errors.py) rather than Hydra's report."""
+    """The config `python train.py <overrides>` runs, validated: a mistake is one UserError line."""
     register_schema(CONF_DIR)  # again: a source module added since this process started is a data= option too
     overrides = accept_plus_step(overrides)
     try:
         cfg = compose_unchecked(overrides)
     except Exception as error:
-        raise explain(error, overrides, compose_unchecked) from None
+        raise explain(error, overrides) from None
     validate(cfg, overrides)
     return cfg
 
 
-def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
-    """conf/config.yaml with `overrides`, as Hydra composes it, before validate's checks."""
-    from hydra import compose, initialize_config_dir
-
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
+    return compose_config([f"step={check_rung(rung)}", *overrides])
 
 
 @functools.cache
 def base_values(source: str) -> dict[str, Any]:
-    """conf/config.yaml with data=<source> and nothing else (no rung, no command line), resolved: what each key
-    is before anything chooses it. Inside train.py's Hydra app, Hydra is set up already, on the same conf/."""
-    from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_resolvers()
-    overrides = [f"data={source}"]
-    if GlobalHydra.instance().is_initialized():
-        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
-    return OmegaConf.to_container(compose_unchecked(overrides), resolve=True)
+    """conf/config.yaml with data=<source> alone (no rung, no command line), resolved: each key before anything
+    chooses it."""
+    return OmegaConf.to_container(compose_unchecked([f"data={source}"]), resolve=True)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested config as dotted keys: {"optim.lr": 0.001, ...}."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
+        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, Mapping) else {f"{prefix}{key}": value})
     return flat
 
 
 def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
-    """What the schema's types cannot say, checked before anything is written: keys Hydra force-added
-    with `+`, values left unset, and ranges. Raises a one-line UserError."""
+    """What composing does not check, before anything is written: a rung chosen, no key Hydra force-added with `+`,
+    values in range and set, interpolations that resolve. Raises a one-line UserError."""
+    if cfg.rung not in rung_names():
+        raise UserError(f"choose a rung with step=<rung>, one of {', '.join(rung_names())}")
     try:
-        # Hydra adds a `+key=value` with OmegaConf's force_add, past the schema: merging the plain values
-        # into the schema again refuses a key it does not declare.
+        # Hydra adds `+key=value` past the schema (OmegaConf's force_add): the plain values merged into the
+        # schema again refuse a key it does not declare.
         schema = OmegaConf.structured(Config)
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
+        errors = range_errors(cfg)  # before resolving: trainer.precision's resolver imports torch
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        errors += [f"{key} has no value: give one on the command line, {key}=..." for key in missing]
+        if errors:
+            raise UserError(errors[0])
+        OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as error:
-        raise explain(error, overrides, compose_unchecked) from None
-    try:
-        errors = range_errors(cfg)  # first: they need no torch import (trainer.precision's resolver does)
-    except OmegaConfBaseException as error:
-        raise explain(error, overrides, compose_unchecked) from None
-    if errors:
-        raise UserError(errors[0])
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise UserError(f"{missing[0]} has no value: give one on the command line, {missing[0]}=...")
-    try:
-        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves, to a value of its type
-    except OmegaConfBaseException as error:
-        raise explain(error, overrides, compose_unchecked) from None
-
-
-_ABSENT = object()
+        raise explain(error, overrides) from None
 
 
 def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value out of the range its schema field declares (the chosen data source's keys
-    included), then the rules across keys."""
-    source = data_schemas().get(OmegaConf.select(cfg, "data.source", default=None), DataConfig)
+    """One message per value outside the range its schema field declares, then per broken rule across keys."""
     errors = []
-    for key, in_range, what, example in valid_values(source):
+    for key, in_range, words, example in valid_values(OmegaConf.get_type(cfg, "data")):
         try:
-            value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+            value = OmegaConf.select(cfg, key, throw_on_missing=True)
         except MissingMandatoryValue:
-            continue  # validate reports it as missing
-        if value is not _ABSENT and not in_range(value):
+            continue  # validate says it has no value
+        if not in_range(value):
             shown = repr(value) if isinstance(value, str) else "null" if value is None else value
-            errors.append(f"{key}={shown} is not valid: {key} must be {what}, e.g. {key}={example}")
+            errors.append(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
     probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
-    unknown = [name for name in OmegaConf.select(cfg, "analysis.probes", default=None) or () if name not in probes]
+    unknown = [name for name in cfg.analysis.probes or () if name not in probes]
     if unknown:
         errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
-    if cfg.model.num_heads >= 1 and cfg.model.embed_dim % cfg.model.num_heads:
+    heads, width = cfg.model.num_heads, cfg.model.embed_dim
+    if heads >= 1 and width % heads:
         errors.append(
-            f"model.embed_dim={cfg.model.embed_dim} is not valid: it must be a multiple of "
-            f"model.num_heads={cfg.model.num_heads}, e.g. model.embed_dim={64 * cfg.model.num_heads}"
+            f"model.embed_dim={width} is not valid: it must be a multiple of model.num_heads={heads}, "
+            f"e.g. model.embed_dim={64 * heads}"
         )
     return errors
 
 
-def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
-    """(max_epochs, warmup_epochs) as trained: trainer.max_epochs (optim.epochs after the profile's
-    epoch_scale, or set directly) and optim.warmup_epochs after the same scale (smoke trains 1% of them)."""
-    return int(cfg.trainer.max_epochs), float(cfg.optim.warmup_epochs) * float(cfg.profile.epoch_scale)
+def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
+    """The UserError for a failed composition or check of the config with `overrides`."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    cause, message = error.__cause__ or error, str(error)
+    already = re.search(r"An item is already at '([^']+)'", message)
+    full_key = re.sub(r"\[\d+\]$", "", getattr(cause, "full_key", None) or "")  # optim.betas[0]: the list
+    if isinstance(error, OverrideParseException):
+        return UserError(
+            f"malformed override {error.override!r} ({error.message.strip().splitlines()[0]}): write key=value, "
+            "quoting a value with spaces or brackets, e.g. 'data.root=\"/data/my cifar\"'"
+        )
+    if isinstance(error, MissingConfigException):
+        return UserError(missing_option(message))
+    if already:
+        key = already.group(1)
+        given = next((o for o in overrides if o.lstrip("+").partition("=")[0] == key), f"+{key}=...")
+        return UserError(f"{given}: {key} is already a key; set it without the +: {given.lstrip('+')}")
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and full_key:
+        return UserError(unknown_key(full_key, getattr(cause, "object_type", None)))
+    if isinstance(cause, ValidationError) and full_key:
+        return UserError(wrong_type(full_key, overrides))
+    first = next((line.strip() for line in message.splitlines() if line.strip()), type(error).__name__)
+    return UserError(f"{first.rstrip('.')} (overrides: {' '.join(overrides)})")
+
+
+def missing_option(message: str) -> str:
+    """`data=imagenet`: Hydra's "Could not find 'data/imagenet'" and the options it lists, on one line (an unknown
+    rung: the rungs in ladder order)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    found = re.search(r"Could not find '([^'/]+)/([^']+)'", lines[0])
+    listed = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
+    if not found or listed is None:
+        return lines[0]
+    group, option = found.groups()  # the groups are top-level: `data=../etc` is data
+    if group == "step":
+        return f"unknown rung '{option}': choose one of {', '.join(rung_names())}"
+    options = [line for line in lines[listed + 1 :] if " " not in line and "=" not in line]
+    return f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(options)}"
+
+
+def unknown_key(key: str, node_type: type | None = None) -> str:
+    """`optim.lrr: no such key; did you mean optim.lr?`, from the schema's keys."""
+    known = schema_keys()
+    parent, _, name = key.rpartition(".")
+    owners = [source for source, schema in data_schemas().items() if f"data.{name}" in schema_keys(schema)]
+    if parent == "data" and owners:
+        chosen = next((n for n, schema in data_schemas().items() if schema is node_type), None)
+        sources = " or ".join(f"data={source}" for source in owners)
+        return f"{key}: no such key{f' with data={chosen}' if chosen else ''}; it belongs to {sources}"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"{key}: no such key; did you mean {close[0]}?"
+    prefix = f"{parent}." if parent else ""
+    siblings = sorted({k[len(prefix) :].split(".")[0] for k in known if k.startswith(prefix)})
+    return f"{key}: no such key; {parent or 'the top level'} has {', '.join(siblings)} (see python train.py --help)"
+
+
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}  # a schema type, in words
+
+
+def wrong_type(key: str, overrides: Sequence[str]) -> str:
+    """`trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer, e.g. trainer.max_epochs=100`:
+    what the schema's type takes, in words, and the key's value without the faulty override."""
+    keys = schema_keys()
+    given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
+    if key in keys:
+        hint, optional = keys[key], type(None) in typing.get_args(keys[key])
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
+        if typing.get_origin(hint) is list:
+            kind = {int: "a list of integers", float: "a list of numbers"}.get(typing.get_args(hint)[0], "a list")
+        else:
+            kind = KINDS.get(hint, "another kind of value")
+        kind += " or null" if optional else ""
+    else:
+        kind = "a block of keys, e.g. " + next(k for k in keys if k.startswith(f"{key}.")) + "=..."
+    try:  # an example: the value without the faulty override, if the rest composes
+        value = OmegaConf.select(compose_unchecked([o for o in overrides if o is not given]), key)
+    except Exception:
+        value = None
+    if OmegaConf.is_list(value):
+        value = f"[{','.join(str(v) for v in value)}]"
+    elif isinstance(value, bool):
+        value = str(value).lower()
+    example = "" if value is None or OmegaConf.is_config(value) else f", e.g. {key}={value}"
+    shown = given.partition("=")[2] if given else "?"
+    return f"{key}={shown!r} is not valid: {key} takes {kind}{example}"

@@ -1,13 +1,7 @@
-"""The shape and types of the config, declared once: Hydra structured configs used as the schema of
-conf/config.yaml (Hydra's "static schema with many configs"). The values live in the YAML files.
-
-A field set to MISSING takes its value from conf/; a field with a default here is one the recipe does
-not choose (Lightning's own Trainer defaults, the image-folder read cap). OmegaConf checks every
-override against this schema: an unknown key, with or without `+`, and a value of the wrong type are
-refused at composition, before anything runs. A field declared with :func:`setting` also states its valid
-values (checked by `config.validate`) and whether it belongs to the recipe (training/recipe.py): each key
-is declared here once. Cross-field rules are `config.validate`'s.
-"""
+"""The config's keys, declared once: Hydra structured configs, the schema of conf/config.yaml (whose YAML files
+hold the values). OmegaConf refuses a key the schema lacks and a value of the wrong type at composition; a field
+declared with :func:`setting` also gives its valid values (config.validate checks them) and whether it belongs
+to the recipe (training/recipe.py). A field set to MISSING takes its value from conf/."""
 
 from __future__ import annotations
 
@@ -90,9 +84,7 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    epochs: int = setting(
-        valid=at_least(1, "100")
-    )  # the recipe's epochs; trainer.max_epochs is this times profile.epoch_scale
+    epochs: int = setting(valid=at_least(1, "100"))  # the recipe's; trainer.max_epochs is this × profile.epoch_scale
     lr: float = setting(valid=above(0, "1e-3"))
     weight_decay: float = MISSING
     betas: list[float] = MISSING
@@ -116,11 +108,9 @@ class MixupConfig:
 
 @dataclass
 class TrainerConfig:
-    """Every argument of `lightning.Trainer` (2.6) except logger, callbacks and plugins, which the run
-    supplies; `L.Trainer(**cfg.trainer, ...)`. Defaults are Lightning's (tests/test_config.py checks both
-    the names and the defaults against the installed Trainer). Arguments Lightning types as a union
-    (`devices`, `precision`, `limit_train_batches`: an int counts batches, a float is a fraction, ...) are
-    Any: OmegaConf 2.3 has no union types, so Lightning checks those values itself."""
+    """Every argument of `lightning.Trainer` but logger, callbacks and plugins (the run's), with Lightning's defaults
+    (tests/test_config.py checks both). Those Lightning types as a union (devices, precision, limit_*_batches: an int
+    counts batches, a float is a fraction) are Any: OmegaConf has no unions, Lightning checks them itself."""
 
     accelerator: Any = "auto"
     strategy: Any = "auto"
@@ -175,9 +165,7 @@ class SpeedConfig:
 @dataclass
 class CheckpointConfig:
     every_n_epochs: int = setting(valid=at_least(0, "1", "0 (no checkpoint) or more"))  # last.ckpt every N-th epoch
-    min_interval_s: float = setting(
-        valid=at_least(0, "60", "0 (every epoch) or more seconds")
-    )  # ...once this long since
+    min_interval_s: float = setting(valid=at_least(0, "60", "0 (every epoch) or more seconds"))  # ...this long apart
 
 
 @dataclass
@@ -188,8 +176,7 @@ class AnalysisConfig:
     example_image: int = MISSING
     track_every_n_epochs: int = MISSING
     track_images: int = MISSING
-    # The probes measure the trained model, they do not train it.
-    probes: list[str] = setting(in_recipe=False)  # modules of analysis/probes/, run in this order
+    probes: list[str] = setting(in_recipe=False)  # modules of analysis/probes/, in this order: they train nothing
     settings: dict[str, Any] = setting(factory=dict, in_recipe=False)  # probe name -> its settings (ablation draws)
 
 
@@ -210,13 +197,13 @@ class ProfileConfig:
 
 @dataclass
 class ReferenceFigures:
-    """The article's figures for a rung (one seed of its GPU run), and the epochs it trained them in; a rung it did
-    not train has none."""
+    """The article's figures for a rung (one seed of its GPU run) and its training length; none for a rung it did
+    not train."""
 
     test_acc: float = MISSING  # a fraction, 0.929 for 92.9%
     layer1_distance_px: float = MISSING
     uniform_distance_px: float = MISSING
-    epochs: int | None = None  # the article's training length: a result of other epochs says so (report/setting.py)
+    epochs: int | None = None  # a result of other epochs says so (report/setting.py)
 
 
 @dataclass
@@ -261,38 +248,35 @@ class Config:
 
 
 def data_schemas() -> dict[str, type[DataConfig]]:
-    """data=<name> -> the keys and types of that source: its module's ``Config`` (DataConfig when it has no
-    keys of its own). The sources build on DataConfig from a layer above this one, so they are reached by their
-    package's name when asked (as Hydra reaches a ``_target_``), not imported."""
+    """data=<name> -> that source's keys and types: its module's ``Config`` (DataConfig when it has none). The
+    sources build on DataConfig from a layer above, so they are reached by their package's name, not imported."""
     sources = importlib.import_module(DATA_SOURCES)
     return {name: getattr(sources.source_named(name), "Config", DataConfig) for name in sources.source_names()}
 
 
 def register_schema(conf_dir: Path) -> None:
-    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/.
-    A source without a conf/data/<name>.yaml is a `data` option of its own: its Config's defaults."""
+    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/. A source
+    without a conf/data/<name>.yaml is a `data` option of its own: its Config's defaults."""
     store = ConfigStore.instance()
     store.store(name="schema", node=Config)
     for name, schema in data_schemas().items():
         store.store(group="schema/data", name=name, node=schema)
         if not (conf_dir / "data" / f"{name}.yaml").is_file():
-            node = OmegaConf.structured(schema)
-            node.source = name
-            store.store(group="data", name=name, node=node)
+            store.store(group="data", name=name, node=OmegaConf.merge(schema, {"source": name}))
 
 
 def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str, Field, Any]]:
-    """(dotted key, its field, its type) for every key and block the schema declares, outer first; data.*
-    holds the keys of ``source``, or of every data source (a key they share comes once per source)."""
+    """(dotted key, field, type) for every key and block the schema declares, outer first; data.* holds the keys
+    of ``source``, or of every source (a key they share comes once per source)."""
 
     def walk(schema: type, prefix: str) -> Iterator[tuple[str, Field, Any]]:
         hints = get_type_hints(schema)
         for f in fields(schema):
-            key, hint = f"{prefix}{f.name}", hints[f.name]
             if schema is Config and f.name == "data":
                 for data in [source] if source else data_schemas().values():
                     yield from walk(data, "data.")
                 continue
+            key, hint = f"{prefix}{f.name}", hints[f.name]
             yield key, f, hint
             if is_dataclass(hint):
                 yield from walk(hint, f"{key}.")
@@ -300,23 +284,16 @@ def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str,
     return walk(Config, "")
 
 
-def schema_keys() -> dict[str, Any]:
-    """Every dotted key the schema declares (not its blocks), with its type; data.* holds every source's keys."""
-    return {key: hint for key, _, hint in schema_fields() if not is_dataclass(hint)}
+def schema_keys(source: type[DataConfig] | None = None) -> dict[str, Any]:
+    """Every dotted key (not block) with its type; data.* holds the keys of ``source``, or of every source."""
+    return {key: hint for key, _, hint in schema_fields(source) if not is_dataclass(hint)}
 
 
 def valid_values(source: type[DataConfig]) -> list[tuple[str, Callable[[Any], bool], str, str]]:
-    """(key, in range, the range in words, an example) for each key that declares its valid values, with the keys
-    of the data source ``source``."""
+    """(key, in range, the range in words, an example) for each key that declares its valid values."""
     return [(key, *f.metadata["valid"]) for key, f, _ in schema_fields(source) if f.metadata.get("valid")]
 
 
 def outside_the_recipe() -> tuple[str, ...]:
-    """The keys and blocks marked ``setting(in_recipe=False)``, those of every data source included."""
-    marked = (key for key, f, _ in schema_fields() if not f.metadata.get("in_recipe", True))
-    return tuple(dict.fromkeys(marked))
-
-
-def data_sources_with(key: str) -> list[str]:
-    """The data= options whose schema declares `key` (a name under data.)."""
-    return [name for name, schema in data_schemas().items() if key in {f.name for f in fields(schema)}]
+    """The keys and blocks marked ``setting(in_recipe=False)``, every data source's included."""
+    return tuple(dict.fromkeys(key for key, f, _ in schema_fields() if not f.metadata.get("in_recipe", True)))

@@ -4,11 +4,8 @@ import errno
 
 
 class UserError(Exception):
-    """A mistake the user can fix (bad input, missing data, unknown rung).
-
-    Entry points catch it, print ``error: <message>`` on one line to stderr and exit with
-    ``exit_code``; anything else is a bug and keeps its traceback.
-    """
+    """A mistake the user can fix (bad input, missing data, unknown rung): the entry points print ``error: <message>``
+    on one line and exit with ``exit_code`` (cli.reports_user_errors); anything else is a bug, with its traceback."""
 
     exit_code = 2
 

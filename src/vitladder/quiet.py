@@ -1,13 +1,8 @@
-"""A normal run prints what it does and real warnings, each on one line; not the libraries' tips and deprecation
-notes about their own code. Each filter names one message of one library, so anything else still shows:
-
-- Lightning's tips to install its cloud products (litlogger, litmodels), printed by every Trainer;
-- torch's deprecation of ``LeafSpec``, which Lightning's own ``utilities/_pytree.py`` still builds at every fit
-  and test (Lightning 2.6 with torch 2.10 and later): nothing a user of this project can change;
-- "Checkpoint directory ... exists and is not empty": every resume finds its last.ckpt there, by design.
-
-W&B's note that the ``anonymous`` setting has no effect is avoided at its source (training/wandb_run.py).
-"""
+"""A run prints what it does and real warnings, each on one line; not the libraries' tips and notes about their own
+code. Each filter names one message of one library, so anything else still shows: Lightning's tips to install its
+cloud products (every Trainer prints them), torch's deprecation of ``LeafSpec``, which Lightning's own
+``utilities/_pytree.py`` still builds at every fit and test (Lightning 2.6 with torch 2.10 and later), and
+"Checkpoint directory ... exists and is not empty" (every resume finds its last.ckpt there, by design)."""
 
 from __future__ import annotations
 
@@ -20,11 +15,9 @@ TIP = "💡 Tip: "
 PACKAGE = Path(__file__).resolve().parent
 
 
-class DropTips(logging.Filter):
-    """Drops Lightning's product tips and nothing else it logs."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(TIP)
+def drop_tips(record: logging.LogRecord) -> bool:
+    """Lightning's product tips, and nothing else it logs."""
+    return not str(record.msg).startswith(TIP)
 
 
 def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, line=None) -> str:
@@ -49,6 +42,5 @@ def quiet_libraries() -> None:
         module=r"lightning\.pytorch\.callbacks\.model_checkpoint",
     )
     logger = logging.getLogger(LIGHTNING_INFO)
-    if not any(isinstance(f, DropTips) for f in logger.filters):
-        logger.addFilter(DropTips())
+    logger.addFilter(drop_tips)  # once: a logger keeps one of each filter
     warnings.formatwarning = one_line

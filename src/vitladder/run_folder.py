@@ -19,25 +19,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "MODEL_FORMAT",
-    "RunPaths",
-    "checkpoint_of",
-    "final_model",
-    "is_finished",
-    "parse_run_name",
-    "read_summary",
-    "run_folder_of",
-    "run_name",
-    "seed_suffix",
-]
-
 MODEL_FORMAT = "vitladder-model/1"  # the final model's "format" entry; bump it when its keys change
-LAYERS_CSV = "layers.csv"  # the attention probe's table the ladder report draws its by-layer figures from
-
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
 
@@ -47,7 +31,6 @@ def seed_suffix(seed: int) -> str:
 
 
 def run_name(rung: str, seed: int) -> str:
-    """The run folder's name for ``rung`` and ``seed``."""
     return f"{rung}{seed_suffix(seed)}"
 
 
@@ -57,76 +40,43 @@ def parse_run_name(name: str) -> tuple[str, int] | None:
     return (match["rung"], int(match["seed"] or 0)) if match else None
 
 
-@dataclass(frozen=True)
 class RunPaths:
-    """Where each file of the run folder ``root`` lives."""
+    """Where each file of the run folder ``root`` lives (the layout above)."""
 
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def overrides(self) -> Path:
-        return self.root / "overrides.yaml"
-
-    @property
-    def provenance(self) -> Path:
-        return self.root / "provenance.json"
-
-    @property
-    def metrics_csv(self) -> Path:
-        return self.root / "metrics.csv"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last_ckpt(self) -> Path:
-        return self.checkpoints / "last.ckpt"
-
-    @property
-    def model(self) -> Path:
-        return self.checkpoints / "model.safetensors"
-
-    @property
-    def model_pt(self) -> Path:  # the final model as a torch file, written by versions before model.safetensors
-        return self.checkpoints / "model.pt"
-
-    @property
-    def analysis(self) -> Path:
-        return self.root / "analysis"
-
-    @property
-    def layers_csv(self) -> Path:
-        return self.analysis / LAYERS_CSV
-
-    @property
-    def done(self) -> Path:
-        return self.root / "done.json"
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.config = self.root / "config.yaml"
+        self.overrides = self.root / "overrides.yaml"
+        self.provenance = self.root / "provenance.json"
+        self.metrics_csv = self.root / "metrics.csv"
+        self.checkpoints = self.root / "checkpoints"
+        self.analysis = self.root / "analysis"
+        self.done = self.root / "done.json"
+        self.last_ckpt = self.checkpoints / "last.ckpt"
+        self.model = self.checkpoints / "model.safetensors"
+        self.model_pt = self.checkpoints / "model.pt"  # the final model of the versions before model.safetensors
+        self.layers_csv = self.analysis / "layers.csv"  # the attention probe's table: the report's by-layer figures
 
 
 def is_finished(run_dir: str | Path) -> bool:
     """A rung is finished once its done.json exists (written last, after the model and the analysis)."""
-    return RunPaths(Path(run_dir)).done.is_file()
+    return RunPaths(run_dir).done.is_file()
 
 
 def read_summary(run_dir: str | Path) -> dict:
     """done.json of a finished run folder."""
-    return json.loads(RunPaths(Path(run_dir)).done.read_text())
+    return json.loads(RunPaths(run_dir).done.read_text())
 
 
 def final_model(path: str | Path) -> Path | None:
     """A finished run folder's model: model.safetensors, else an older version's model.pt; None if neither."""
-    paths = RunPaths(Path(path))
+    paths = RunPaths(path)
     return next((model for model in (paths.model, paths.model_pt) if model.is_file()), None)
 
 
 def checkpoint_of(path: str | Path) -> Path | None:
     """The checkpoint of a run folder: its final model when the rung finished, else last.ckpt; None if neither."""
-    last = RunPaths(Path(path)).last_ckpt
+    last = RunPaths(path).last_ckpt
     return final_model(path) or (last if last.is_file() else None)
 
 

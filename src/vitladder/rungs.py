@@ -1,10 +1,6 @@
-"""The ladder's rungs, read from conf/step/ alone: one YAML per rung holds its delta, its `rung_info`
-(a one-line description, the article's reference figures where there are any) and, in its Hydra
-`defaults`, the rung it builds on. The ladder is the chain from the one rung without a parent.
-
-Adding a rung is adding a file: conf/step/grad_clip.yaml with `defaults: [epochs200, _self_]` is
-trained after epochs200 by `make ladder` and listed by the report, with no Python edited.
-"""
+"""The ladder's rungs, read from conf/step/ alone: one YAML per rung holds its delta, its `rung_info` (a one-line
+description, the article's reference figures where there are any) and, in its Hydra `defaults`, the rung it
+builds on. The ladder is the chain from the one rung without a parent, so adding a rung is adding a file."""
 
 from __future__ import annotations
 
@@ -18,8 +14,6 @@ from omegaconf.errors import OmegaConfBaseException
 from vitladder.config_schema import RungInfo
 from vitladder.errors import UserError
 
-GROUP = "step"
-
 
 @dataclass(frozen=True)
 class Rung:
@@ -30,22 +24,12 @@ class Rung:
 
 
 def parent_in(defaults: Any, path: Path) -> str | None:
-    """The rung named in a rung's `defaults`: `- epochs200` (the same group) or `- /step/epochs200`, each
-    optionally `@<package>`. Other groups' configs (`/data/...`, `override ...`) are not rungs."""
-    if defaults is None:
-        return None
-    if not isinstance(defaults, (list, ListConfig)):
+    """The rung a rung's `defaults` names: `- epochs200` (the same group) or `- /step/epochs200`, either with an
+    `@<package>`; other groups' configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
+    if defaults is not None and not isinstance(defaults, (list, ListConfig)):
         raise UserError(f"{path}: defaults must be a list, e.g. defaults: [epochs200, _self_]")
-    parents = []
-    for entry in defaults:
-        if not isinstance(entry, str) or entry == "_self_":
-            continue  # a dict entry picks an option of another group
-        name = entry.partition("@")[0].strip()
-        if name.startswith(f"/{GROUP}/"):
-            name = name[len(GROUP) + 2 :]
-        elif name.startswith("/"):
-            continue
-        parents.append(name)
+    names = [entry.partition("@")[0].strip() for entry in defaults or () if isinstance(entry, str)]
+    parents = [name for name in (n.removeprefix("/step/") for n in names if n != "_self_") if not name.startswith("/")]
     if len(parents) > 1:
         raise UserError(f"{path}: defaults name {len(parents)} rungs ({', '.join(parents)}); a rung builds on one")
     return parents[0] if parents else None
@@ -63,15 +47,14 @@ def read_rung(path: Path) -> Rung:
                 f"e.g. rung_info: {{{name}: {{description: what this rung adds}}}}"
             )
         info = OmegaConf.merge(OmegaConf.structured(RungInfo), info)
-        description = str(info.description)
         figures = OmegaConf.to_container(info.reference) if info.reference is not None else {}
-        reference = {key: value for key, value in figures.items() if value is not None}  # those the article gives
     except OmegaConfBaseException as error:  # the schema's word on it, and which key
         key = f"rung_info.{name}.{error.full_key}" if getattr(error, "full_key", None) else "rung_info"
         raise UserError(f"{path}: {key}: {str(error).splitlines()[0]}") from None
     if node.get("rung") != name:
         raise UserError(f"{path}: rung: {node.get('rung')} must be the file's name, rung: {name}")
-    return Rung(name, parent_in(node.get("defaults"), path), description, reference)
+    reference = {key: value for key, value in figures.items() if value is not None}  # those the article gives
+    return Rung(name, parent_in(node.get("defaults"), path), str(info.description), reference)
 
 
 def read_ladder(step_dir: Path) -> tuple[Rung, ...]:
@@ -83,18 +66,14 @@ def read_ladder(step_dir: Path) -> tuple[Rung, ...]:
             f"{step_dir}: {len(roots)} rungs build on no other ({', '.join(roots) or 'none'}); "
             "exactly one starts the ladder, every other names its parent rung in its defaults"
         )
-    children: dict[str, list[str]] = {}
     for rung in rungs.values():
-        if rung.parent is not None:
-            if rung.parent not in rungs:
-                raise UserError(
-                    f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
-                    f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
-                )
-            children.setdefault(rung.parent, []).append(rung.name)
+        if rung.parent is not None and rung.parent not in rungs:
+            raise UserError(
+                f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
+                f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
+            )
     chain = [rungs[roots[0]]]
-    while children.get(chain[-1].name):
-        following = children[chain[-1].name]
+    while following := [rung.name for rung in rungs.values() if rung.parent == chain[-1].name]:
         if len(following) > 1:
             raise UserError(
                 f"{step_dir}: rungs {' and '.join(following)} both build on {chain[-1].name}; the "
