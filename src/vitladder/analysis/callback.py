@@ -1,14 +1,12 @@
-"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training.
+"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training, on global
+rank zero only, in eval mode (the model's own mode restored).
 
-- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): each probe's ``track``
-  over the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
-  ``track/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history that travels
-  in the checkpoint, so a resumed run keeps it.
-- After training, on the training device: every probe's ``run`` on the final model over the first
-  ``num_images`` test images, written to ``out_dir`` (``outputs.write_results``) and logged to W&B
-  (``wandb_log.log_analysis``) when a ``WandbLogger`` is among the trainer's loggers; ``scalars`` then holds
+- During training (once at initialisation, then every ``track_every_n_epochs`` epochs): each probe's ``track`` over
+  the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
+  ``track/<name>`` against ``epoch`` (epochs trained) and kept in a history that travels in the checkpoint.
+- After training, on the training device: every probe's ``run`` on the final model over the first ``num_images``
+  test images, written to ``out_dir`` and logged to the trainer's ``WandbLogger``, if any; ``scalars`` then holds
   done.json's analysis numbers.
-All of it runs on global rank zero only, in eval mode, and leaves the model's mode as it was.
 """
 
 from __future__ import annotations
@@ -30,13 +28,6 @@ from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.stats import ChannelStats
 from vitladder.training.axes import EPOCH
-
-__all__ = ["AttentionAnalysis"]
-
-
-def _network(pl_module: L.LightningModule) -> nn.Module:
-    """The ViT inside the LightningModule (``RecipeModule.model``), or the module itself."""
-    return getattr(pl_module, "model", pl_module)
 
 
 class AttentionAnalysis(L.Callback):
@@ -73,7 +64,6 @@ class AttentionAnalysis(L.Callback):
         self.results: dict[str, Result] | None = None  # the final analysis, after fit
         self.scalars: dict | None = None  # done.json's analysis numbers, after fit
         self.files: dict[str, Path] = {}
-        self.seconds: float | None = None  # how long the final analysis took
 
     @classmethod
     def from_config(
@@ -115,14 +105,12 @@ class AttentionAnalysis(L.Callback):
         self.scalars = done_scalars(self.results, len(images))
         return self.files
 
-    # --- checkpointed state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"history": [dict(r) for r in self.history]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = history_rows(state_dict.get("history", []))  # older checkpoints: one row per layer
 
-    # --- tracking during training ---------------------------------------------------------
     def _tracking(self) -> bool:
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
@@ -135,7 +123,7 @@ class AttentionAnalysis(L.Callback):
         """Measures the tracking batch, keeps the values in the history; returns {track/<name>: value}."""
         images = self.tracking_split().images[: self.track_images]  # (n, 3, H, W) uint8 on the device
         ctx = self.context(images.shape[-1], self.data.stats, self.data.classes)
-        values = track_probes(_network(pl_module), images, ctx, self.probes)
+        values = track_probes(pl_module.model, images, ctx, self.probes)  # the ViT (RecipeModule.model)
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its row
         self.history.append({"epoch": epochs_trained, **values})
         return {f"{TRACK}{name}": value for name, value in values.items()}
@@ -154,7 +142,6 @@ class AttentionAnalysis(L.Callback):
             for key, value in self._track(trainer, pl_module, epochs_trained).items():
                 pl_module.log(key, value, rank_zero_only=True)
 
-    # --- the final analysis ---------------------------------------------------------------
     def _final_due(self, trainer: L.Trainer) -> bool:
         return self.enabled and trainer.is_global_zero and self.results is None
 
@@ -178,11 +165,11 @@ class AttentionAnalysis(L.Callback):
         started = time.perf_counter()
         test = self.data.test
         n = min(self.num_images, len(test.images))
-        self.analyse(_network(pl_module), test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
+        self.analyse(pl_module.model, test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 log_analysis(logger.experiment, self.results, self.files, self.rung, self.seed, n)
-        self.seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
         rank_zero_info(
-            f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {self.seconds:.1f} s"
+            f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {seconds:.1f} s"
         )

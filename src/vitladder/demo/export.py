@@ -25,7 +25,7 @@ from torch import Tensor
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
 from vitladder.analysis.metrics import attention_rollout
-from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
+from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.atomic import write_text
 from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats

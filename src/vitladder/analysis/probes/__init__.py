@@ -28,20 +28,6 @@ if TYPE_CHECKING:  # discovery (probe_names, the config's check) imports neither
 
     from vitladder.data.stats import ChannelStats
 
-__all__ = [
-    "ByLayer",
-    "Chart",
-    "Column",
-    "Context",
-    "Result",
-    "by_layer",
-    "columns",
-    "probe_named",
-    "probe_names",
-    "run_probes",
-    "track_probes",
-]
-
 
 @dataclass(frozen=True)
 class Context:
@@ -136,19 +122,14 @@ def probe_named(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def _declared(names: Sequence[str], kind: str) -> tuple:
-    """What the probes ``names`` declare with their function ``kind`` (none without one), in their order."""
-    return tuple(item for name in names for item in getattr(probe_named(name), kind, tuple)())
-
-
 def columns(names: Sequence[str]) -> tuple[Column, ...]:
     """The ladder report's columns of the probes ``names``, in their order."""
-    return _declared(names, "columns")
+    return tuple(column for name in names for column in getattr(probe_named(name), "columns", tuple)())
 
 
 def by_layer(names: Sequence[str]) -> tuple[ByLayer, ...]:
     """The per-layer values the ladder report draws of the probes ``names``, in their order."""
-    return _declared(names, "by_layer")
+    return tuple(value for name in names for value in getattr(probe_named(name), "by_layer", tuple)())
 
 
 def run_probes(
@@ -156,7 +137,7 @@ def run_probes(
 ) -> dict[str, Result]:
     """Every probe of ``names`` on ``images`` ``(N, 3, S, S)`` uint8 and ``labels`` ``(N,)``: {name: Result}.
     Two probes naming the same output is an error: each file, table and scalar has one maker."""
-    from vitladder.analysis.head_removal import evaluating
+    from vitladder.analysis.capture import evaluating
 
     results: dict[str, Result] = {}
     seen: dict[str, str] = {}
@@ -173,7 +154,7 @@ def run_probes(
 
 def track_probes(model: nn.Module, images: Tensor, ctx: Context, names: Sequence[str]) -> dict[str, float]:
     """The values every probe of ``names`` that tracks measures on ``images``: {name: value}."""
-    from vitladder.analysis.head_removal import evaluating
+    from vitladder.analysis.capture import evaluating
 
     values: dict[str, float] = {}
     for name in names:
