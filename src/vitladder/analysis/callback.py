@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,40 +31,28 @@ from vitladder.data.stats import ChannelStats
 from vitladder.training.axes import EPOCH
 
 
+@dataclass(eq=False)  # a callback is itself, whatever its settings
 class AttentionAnalysis(L.Callback):
-    def __init__(
-        self,
-        out_dir: str | Path,
-        rung: str,
-        patch_px: int,
-        num_images: int = 1000,
-        batch_size: int = 250,
-        example_image: int = 0,
-        track_every_n_epochs: int = 5,
-        track_images: int = 64,
-        enabled: bool = True,
-        seed: int = 0,
-        data: ImageDataModule | None = None,
-        probes: Sequence[str] = ("attention", "cls_attention"),
-        settings: Mapping[str, Mapping] | None = None,
-    ) -> None:
-        self.out_dir = Path(out_dir)
-        self.data = data  # the run's set-up datamodule: its validation and test images, classes and statistics
-        self.rung = rung
-        self.patch_px = int(patch_px)
-        self.num_images = int(num_images)
-        self.batch_size = int(batch_size)
-        self.example_image = int(example_image)
-        self.track_every_n_epochs = int(track_every_n_epochs)
-        self.track_images = int(track_images)
-        self.enabled = bool(enabled)
-        self.seed = int(seed)  # names the run in the W&B tables
-        self.probes = tuple(probes)
-        self.settings = dict(settings or {})
-        self.history: list[dict] = []  # {"epoch": epochs trained, name: value} per tracked epoch
-        self.results: dict[str, Result] | None = None  # the final analysis, after fit
-        self.scalars: dict | None = None  # done.json's analysis numbers, after fit
-        self.files: dict[str, Path] = {}
+    out_dir: Path
+    rung: str
+    patch_px: int
+    num_images: int = 1000
+    batch_size: int = 250
+    example_image: int = 0
+    track_every_n_epochs: int = 5
+    track_images: int = 64
+    enabled: bool = True
+    seed: int = 0  # names the run in the W&B tables
+    data: ImageDataModule | None = None  # the run's set-up datamodule: its images, classes and statistics
+    probes: Sequence[str] = ("attention", "cls_attention")
+    settings: Mapping[str, Mapping] = field(default_factory=dict)  # probe name -> its analysis.settings block
+    history: list[dict] = field(default_factory=list, init=False)  # {"epoch": epochs trained, name: value}
+    results: dict[str, Result] | None = field(default=None, init=False)  # the final analysis, after fit
+    scalars: dict | None = field(default=None, init=False)  # done.json's analysis numbers, after fit
+    files: dict[str, Path] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.out_dir, self.probes, self.settings = Path(self.out_dir), tuple(self.probes), dict(self.settings or {})
 
     @classmethod
     def from_config(

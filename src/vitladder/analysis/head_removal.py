@@ -1,12 +1,9 @@
-"""Removing attention heads from a timm ViT: the mechanism of the head-ablation probe (docs/design.md §4).
-
-Mean ablation overwrites the head's output (its channels of the input of ``proj``) with its mean over the analysis
-images at each token (``head_output_means``); uniform ablation zeroes the head's queries at the output of ``q_norm``,
-so every score is 0 and the softmax exactly ``1 / T`` (the fused path keeps running). Both are forward hooks that act
-per row of the batch, so several ablations run stacked in one batch; they rely on the layout of timm's
-``Attention.forward``, which tests/analysis/test_head_removal.py pins against a hand-written attention. The blocks
-below an ablation's first removed layer are the clean model's: ``ablate`` keeps their output from one clean forward
-per batch and runs only the blocks from there on.
+"""Removing attention heads from a timm ViT, the mechanism of the head-ablation probe (docs/design.md §4): forward
+hooks that act per row of the batch, so several ablations run stacked in one batch. Mean ablation overwrites the
+head's channels of the input of ``proj`` with their mean over the analysis images at each token; uniform ablation
+zeroes the head's queries at the output of ``q_norm``, so every score is 0 and the softmax exactly ``1 / T`` (the
+fused path keeps running). The hooks rely on the layout of timm's ``Attention.forward``, which
+tests/analysis/test_head_removal.py pins against a hand-written attention.
 """
 
 from __future__ import annotations
@@ -52,14 +49,9 @@ class Ablation:
 
 
 def _check_vit(model: nn.Module) -> None:
-    blocks = getattr(model, "blocks", None)
-    if blocks is None or not hasattr(model, "forward_head") or not hasattr(model, "norm"):
-        raise ValueError("head ablation needs a timm VisionTransformer (blocks, norm, forward_head)")
-    for attn in (getattr(block, "attn", None) for block in blocks):
-        if not isinstance(attn, Attention):
-            raise ValueError(f"head ablation needs timm Attention in every block, got {type(attn).__name__}")
-        if not isinstance(attn.norm, nn.Identity):
-            raise ValueError("head ablation needs attention whose head outputs reach proj unmixed (no scale_norm)")
+    attns = [getattr(block, "attn", None) for block in getattr(model, "blocks", ())]
+    if not attns or not all(isinstance(a, Attention) and isinstance(a.norm, nn.Identity) for a in attns):
+        raise ValueError("head ablation needs a timm VisionTransformer whose heads reach proj unmixed (no scale_norm)")
 
 
 def _batches(model: nn.Module, images: Tensor, batch_size: int) -> Iterator[Tensor]:

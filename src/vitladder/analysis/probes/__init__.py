@@ -1,14 +1,11 @@
-"""What is asked of a trained model: one module per probe, found by name from ``analysis.probes``.
+"""What is asked of a trained model: one module per probe, found by name from ``analysis.probes`` (modules whose name
+starts with ``_`` are helpers, as in ``data/sources/``).
 
-A probe is a module ``vitladder.analysis.probes.<name>`` that defines ``run(model, images, labels, ctx) ->
-Result``: from the model (eval mode, no gradients, on the training device), the analysis images ``(N, 3, S, S)``
-uint8 on that device with their labels ``(N,)``, and a frozen :class:`Context`, its tables, figures and scalars.
-Optionally ``track(model, images, ctx) -> {name: float}``, measured during training on the tracking images
-(logged as ``track/<name>`` against ``epoch``, kept in the checkpointed history that ``ctx.history`` hands to
-``run``), ``columns() -> (Column, ...)``, how the ladder report shows its scalars (and their tracked values), and
-``by_layer() -> (ByLayer, ...)``, the per-layer columns of its tables the ladder report draws. Everything else (the
-CSV and PNG files, W&B, done.json, the ladder report and its W&B run and Report) loops over the configured probes;
-modules whose name starts with ``_`` are helpers, not probes (as ``data/sources/`` does).
+A probe defines ``run(model, images, labels, ctx) -> Result``: from the model (eval mode, no gradients, on the training
+device), the analysis images ``(N, 3, S, S)`` uint8 on that device with their labels ``(N,)`` and a :class:`Context`,
+its tables, figures and scalars. Optionally ``track(model, images, ctx) -> {name: float}``, measured during training
+(``track/<name>`` against ``epoch``, handed back to ``run`` in ``ctx.history``), ``columns()`` and ``by_layer()``, how
+the ladder report shows it. The files, W&B, done.json and the report loop over the configured probes.
 """
 
 from __future__ import annotations
