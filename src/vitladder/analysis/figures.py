@@ -45,13 +45,8 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     ax = fig.add_subplot()
     for h in range(values.shape[1]):
         ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
-    ax.plot(
-        layers,
-        values.mean(axis=1),
-        "o-",
-        color="black",
-        label="layer mean (6 heads)" if values.shape[1] == 6 else "layer mean",
-    )
+    mean_label = "layer mean (6 heads)" if values.shape[1] == 6 else "layer mean"
+    ax.plot(layers, values.mean(axis=1), "o-", color="black", label=mean_label)
     if uniform is not None:
         ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
     top = max(values.max(), uniform if uniform is not None else values.max())
@@ -77,12 +72,8 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figu
     num_layers, num_heads, _ = cls_maps.shape
     cols = 2 + num_heads + 2  # image, a spacer for the row labels, heads, mean, rollout
     fig = Figure(figsize=(1.3 * (cols - 0.7), 1.3 * num_layers + 0.5))
-    axes = fig.subplots(
-        num_layers,
-        cols,
-        squeeze=False,
-        gridspec_kw={"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08},
-    )
+    grid_spec = {"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08}
+    axes = fig.subplots(num_layers, cols, squeeze=False, gridspec_kw=grid_spec)
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.03, top=1 - 0.6 / (1.3 * num_layers + 0.5))
     for layer in range(num_layers):
         axes[layer, 0].axis("off")
