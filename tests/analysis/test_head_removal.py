@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from vitladder.analysis.head_removal import Ablation, HeadAblator, ablate, head_output_means
+from vitladder.analysis.head_removal import Ablation, ablate, ablated_logits, block_inputs, head_output_means
 
 DEPTH, HEADS, DIM = 3, 4, 16  # a tiny ViT: 16 px images, 4 px patches, T = 17 tokens
 HEAD_DIM = DIM // HEADS
@@ -39,16 +39,6 @@ def one_head(layer: int, head: int, mode: str) -> Ablation:
     heads = torch.zeros(DEPTH, HEADS, dtype=torch.bool)
     heads[layer, head] = True
     return Ablation("head", mode, heads)  # type: ignore[arg-type]
-
-
-def block_inputs(model: VisionTransformer, batch: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Clean logits and every block's input (B, T, D), read with forward pre-hooks."""
-    inputs: list[Tensor] = []
-    hooks = [block.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for block in model.blocks]
-    logits = model(batch)
-    for hook in hooks:
-        hook.remove()
-    return logits, inputs
 
 
 def hand_attention(attn, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -90,8 +80,7 @@ def test_hooks_match_hand_written_ablation(mode: str, fused: bool) -> None:
         means = head_output_means(model, batch, batch_size=5)  # (L, T, H, hd), three uneven batches
         assert means.shape == (DEPTH, 17, HEADS, HEAD_DIM)
         torch.testing.assert_close(means[layer, :, head], hand_means, atol=1e-6, rtol=1e-5)
-        with HeadAblator(model, means) as ablator:
-            got = ablator.forward(batch, [one_head(layer, head, mode)])[0]  # (B, C)
+        got = ablated_logits(model, inputs[0], 0, [one_head(layer, head, mode)], means)[0]  # (B, C)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert (got - clean).abs().max() > 1e-2  # the ablation does change the logits
 
@@ -134,12 +123,11 @@ def test_residual_stream_reuse_gives_the_full_forward_logits() -> None:
     with torch.no_grad():
         means = head_output_means(model, batch, batch_size=12)
         _, inputs = block_inputs(model, batch)
-        with HeadAblator(model, means) as ablator:
-            full = ablator.forward(batch, chunk)  # (3, B, C) every block run
-            reused = ablator.forward_from(inputs[1], 1, chunk)  # blocks 1.. from the clean input of block 1
-            alone = torch.stack([ablator.forward(batch, [a])[0] for a in chunk])  # one ablation per batch
-            with pytest.raises(ValueError, match="below layer 2"):
-                ablator.forward_from(inputs[2], 2, chunk)
+        full = ablated_logits(model, inputs[0], 0, chunk, means)  # (3, B, C) every block run
+        reused = ablated_logits(model, inputs[1], 1, chunk, means)  # blocks 1.. from the clean input of block 1
+        alone = torch.stack([ablated_logits(model, inputs[0], 0, [a], means)[0] for a in chunk])  # one per batch
+        with pytest.raises(ValueError, match="below layer 2"):
+            ablated_logits(model, inputs[2], 2, chunk, means)
     assert torch.equal(reused, full)
     torch.testing.assert_close(alone, full, atol=1e-5, rtol=1e-5)  # stacking rows changes nothing either
 
@@ -151,8 +139,7 @@ def test_ablate_matches_one_full_forward_per_ablation() -> None:
     outcomes = ablate(model, batch, labels, plan, batch_size=5, stack=2)  # uneven batches and stacks
     with torch.no_grad():
         means = head_output_means(model, batch, batch_size=13)
-        with HeadAblator(model, means) as ablator:
-            logits = ablator.forward(batch, plan)  # (A, N, C) in one go
+        logits = ablated_logits(model, block_inputs(model, batch)[1][0], 0, plan, means)  # (A, N, C) in one go
     expected_loss = F.cross_entropy(logits.transpose(1, 2), labels.expand(len(plan), -1), reduction="none")
     torch.testing.assert_close(outcomes.loss, expected_loss, atol=1e-5, rtol=1e-5)
     assert torch.equal(outcomes.correct, logits.argmax(dim=-1) == labels)
@@ -188,8 +175,8 @@ def test_ablate_runs_under_bf16_autocast() -> None:
 
 def test_mean_ablation_without_means_and_bad_input_are_refused() -> None:
     model, batch = tiny_vit(), images(2)
-    with HeadAblator(model) as ablator, pytest.raises(ValueError, match="head_means"):
-        ablator.forward(batch, [one_head(0, 0, "mean")])
+    with torch.no_grad(), pytest.raises(ValueError, match="head_means"):
+        ablated_logits(model, block_inputs(model, batch)[1][0], 0, [one_head(0, 0, "mean")])
     with pytest.raises(ValueError, match=r"labels \(N,\)"):
         ablate(model, batch, torch.zeros(3, dtype=torch.long), [one_head(0, 0, "uniform")])
     with pytest.raises(ValueError, match="timm VisionTransformer"):

@@ -6,8 +6,11 @@ import math
 
 import pytest
 import torch
+from synthetic_heads import attention_tensor, head_row
 
+from vitladder.analysis.figures import EXPLAINER_PATCH
 from vitladder.analysis.metrics import (
+    METRICS,
     attention_entropy,
     attention_rollout,
     cls_share,
@@ -16,14 +19,6 @@ from vitladder.analysis.metrics import (
     patch_centers,
     patch_distances,
     uniform_distance,
-    uniform_entropy,
-)
-from vitladder.analysis.synthetic_heads import (
-    EXPLAINER_PATCH,
-    attention_tensor,
-    far_row,
-    head_row,
-    local_row,
 )
 
 SQRT2 = math.sqrt(2.0)
@@ -98,10 +93,20 @@ def test_uniform_distance_of_explainer_patch() -> None:
     assert by_hand == pytest.approx(13.2514, abs=1e-3)
 
 
+@pytest.mark.parametrize("grid, patch_px, expected", [(8, 4, 16.29), (4, 8, 15.12)])
+def test_uniform_distance_cls_dropped(grid: int, patch_px: float, expected: float) -> None:
+    """Uniform attention over the 1 + N tokens holds N / (N + 1) of itself on the patch keys (README: 16.29, 15.1)."""
+    uniform = next(metric.uniform for metric in METRICS if metric.name == "distance_drop_px")
+    assert uniform(grid, patch_px) == pytest.approx(expected, abs=0.005)
+    attn = attention_tensor(["uniform"], grid, cls_weight=1 / (1 + grid * grid))  # (1, 1, T, T) uniform over T
+    assert mean_attention_distance(attn, patch_px, "drop").item() == pytest.approx(uniform(grid, patch_px), abs=1e-4)
+
+
 @pytest.mark.parametrize("grid, tokens, expected", [(8, 65, 4.17), (4, 17, 2.83)])
 def test_uniform_entropy(grid: int, tokens: int, expected: float) -> None:
-    assert uniform_entropy(tokens) == pytest.approx(math.log(tokens))
-    assert uniform_entropy(tokens) == pytest.approx(expected, abs=0.005)
+    uniform = {metric.name: metric.uniform for metric in METRICS}
+    assert uniform["entropy_nats"](grid, 4) == pytest.approx(math.log(tokens))
+    assert uniform["entropy_nats"](grid, 4) == pytest.approx(expected, abs=0.005)
     attn = torch.full((2, 6, tokens, tokens), 1.0 / tokens)  # uniform over all T keys
     assert torch.allclose(attention_entropy(attn), torch.full((6,), math.log(tokens)), atol=1e-5)
     assert torch.allclose(cls_share(attn), torch.full((6,), 1.0 / tokens))
@@ -122,7 +127,7 @@ def test_one_hot_self() -> None:
 
 def test_local_head_interior_patch() -> None:
     row, col = EXPLAINER_PATCH
-    local = local_row(8, row, col)
+    local = head_row("local", 8, row, col)
     assert int((local > 0).sum()) == 8
     # 4 edge neighbours at 4 px, 4 diagonal ones at 4*sqrt(2) px.
     expected = (4 * 4.0 + 4 * 4 * SQRT2) / 8
@@ -149,7 +154,7 @@ def test_local_head_whole_grid() -> None:
 
 def test_far_head() -> None:
     row, col = EXPLAINER_PATCH
-    far = far_row(8, row, col)
+    far = head_row("far", 8, row, col)
     assert int((far > 0).sum()) == 3
     # The farthest patch from (2, 3) is the corner (7, 7): 5 rows and 4 columns away.
     assert far[7 * 8 + 7] == pytest.approx(1 / 3)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from timm.layers import build_sincos2d_pos_embed
 
-from vitladder.analysis.position_embeddings import grid_correlation, position_similarity
+from vitladder.analysis.probes.positions import grid_correlation, position_similarity
 
 README = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())  # sentences wrap anywhere
 

@@ -8,15 +8,8 @@ import pytest
 import torch
 
 from vitladder.analysis.capture import capture_attention
-from vitladder.analysis.metrics import (
-    attention_entropy,
-    attention_rollout,
-    cls_share,
-    declared,
-    mean_attention_distance,
-)
-from vitladder.analysis.summary import analyse, example_attention, head_metrics, headline_layer, query_metrics
-from vitladder.analysis.synthetic_heads import EXPLAINER_PATCH, head_row
+from vitladder.analysis.metrics import attention_entropy, attention_rollout, cls_share, mean_attention_distance
+from vitladder.analysis.summary import analyse, example_attention
 from vitladder.data.augment import normalize
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.data.stats import ChannelStats
@@ -52,21 +45,6 @@ def test_shapes_and_layer_means(images: torch.Tensor) -> None:
     assert summary.uniform["entropy_nats"] == pytest.approx(math.log(65))
     # drop convention = renormalised distance scaled by the patch share, so it is never larger
     assert torch.all(summary.heads["distance_drop_px"] <= summary.heads["distance_px"] + 1e-5)
-
-
-def test_layer_one_is_the_second_block_or_a_one_layer_models_only_one() -> None:
-    assert [headline_layer(n) for n in (1, 2, 7)] == [0, 1, 1]
-
-
-def test_head_metrics_stacks_the_metrics_asked_for_in_their_order_by_default_every_declared_one() -> None:
-    attn = torch.softmax(torch.randn(2, 3, 17, 17, generator=torch.Generator().manual_seed(0)), dim=-1)  # (B, H, T, T)
-    by_name = {metric.name: metric for metric in declared()}
-    chosen = [by_name["entropy_nats"], by_name["distance_px"]]
-    stacked = head_metrics(attn, 8, chosen)  # (2, H)
-    assert stacked.shape == (2, 3)
-    assert torch.equal(stacked[0], attention_entropy(attn))
-    assert torch.equal(stacked[1], mean_attention_distance(attn, 8))
-    assert torch.equal(head_metrics(attn, 8), torch.stack([metric.fn(attn, 8) for metric in declared()]))
 
 
 def test_the_images_are_normalised_with_the_statistics_the_model_was_trained_with(images: torch.Tensor) -> None:
@@ -133,10 +111,9 @@ def test_example_image_maps_rollout_and_prediction(images: torch.Tensor) -> None
     assert torch.equal(example.image, images[5])
     assert example.cls_maps.shape == (7, 6, 64)
     assert torch.allclose(example.cls_maps, torch.stack([a[0, :, 0, 1:] for a in maps]), atol=1e-6)
-    assert example.rollout.shape == (64,)
-    assert torch.allclose(example.rollout, attention_rollout(maps)[0], atol=1e-6)
+    assert example.rollout_by_layer.shape == (7, 64)
+    assert torch.allclose(example.rollout_by_layer[-1], attention_rollout(maps)[0], atol=1e-6)
     assert torch.allclose(example.rollout_by_layer[0], attention_rollout(maps[:1])[0], atol=1e-6)
-    assert torch.equal(example.rollout_by_layer[-1], example.rollout)
 
 
 def test_model_mode_is_restored(images: torch.Tensor) -> None:
@@ -150,35 +127,14 @@ def test_rejects_float_images() -> None:
         analyse(tiny_vit(), torch.zeros(2, 3, 32, 32), batch_size=2, patch_px=4, stats=CIFAR10_STATS)
 
 
-@pytest.mark.parametrize(
-    "kind, distance, entropy",
-    [
-        ("local", 2 + 2 * math.sqrt(2), math.log(8)),  # 4 neighbours at 4 px, 4 at 4*sqrt(2)
-        ("uniform", 13.3, math.log(64)),  # docs/design.md §4: 13.3 px for this patch alone
-        ("self", 0.0, 0.0),
-    ],
-)
-def test_query_metrics_of_the_explainer_patch(kind: str, distance: float, entropy: float) -> None:
-    row, col = EXPLAINER_PATCH
-    got = query_metrics(head_row(kind, 8, row, col), grid=8, patch_px=4, query=row * 8 + col)
-    assert got[0] == pytest.approx(distance, abs=0.05)
-    assert got[1] == pytest.approx(entropy, abs=1e-5)
-
-
-def test_far_head_is_far_and_focused() -> None:
-    row, col = EXPLAINER_PATCH
-    distance, entropy = query_metrics(head_row("far", 8, row, col), grid=8, patch_px=4, query=row * 8 + col)
-    local = query_metrics(head_row("local", 8, row, col), grid=8, patch_px=4, query=row * 8 + col)
-    assert distance > 13.3 and entropy == pytest.approx(math.log(3), abs=1e-5) and entropy < local[1]
-
-
 def test_model_compiled_in_place_runs_eagerly(images: torch.Tensor) -> None:
     """RecipeModule compiles its ViT in place (speed.compile=true); the hooks must still see the maps."""
     model = tiny_vit()
     reference = analyse(model, images, batch_size=7, patch_px=4, stats=CIFAR10_STATS)
-    rollout = example_attention(model, images, None, 0, CIFAR10_STATS).rollout
+    rollout = example_attention(model, images, None, 0, CIFAR10_STATS).rollout_by_layer
     model.compile(backend="eager")
     compiled = analyse(model, images, batch_size=7, patch_px=4, stats=CIFAR10_STATS)
     assert torch.allclose(compiled.heads["distance_px"], reference.heads["distance_px"], atol=1e-5)
     with torch.compiler.set_stance("force_eager"):  # as the cls_attention probe runs it (probes.run_probes)
-        assert torch.allclose(example_attention(model, images, None, 0, CIFAR10_STATS).rollout, rollout, atol=1e-6)
+        again = example_attention(model, images, None, 0, CIFAR10_STATS).rollout_by_layer
+        assert torch.allclose(again, rollout, atol=1e-6)

@@ -14,7 +14,7 @@ import torch
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import load_model, load_run_config
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
-from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
+from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.data.augment import normalize
 from vitladder.demo.pack import decode_array, read_data_js
 

@@ -1,20 +1,19 @@
-"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training.
+"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training, on global
+rank zero only, in eval mode (the model's own mode restored).
 
-- During training (every ``track_every_n_epochs`` epochs, and once at initialisation): each probe's ``track``
-  over the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
-  ``track/<name>`` against ``epoch`` (epochs trained, 0 = initialisation) and kept as a history that travels
-  in the checkpoint, so a resumed run keeps it.
-- After training, on the training device: every probe's ``run`` on the final model over the first
-  ``num_images`` test images, written to ``out_dir`` (``outputs.write_results``) and logged to W&B
-  (``wandb_log.log_analysis``) when a ``WandbLogger`` is among the trainer's loggers; ``scalars`` then holds
+- During training (once at initialisation, then every ``track_every_n_epochs`` epochs): each probe's ``track`` over
+  the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
+  ``track/<name>`` against ``epoch`` (epochs trained) and kept in a history that travels in the checkpoint.
+- After training, on the training device: every probe's ``run`` on the final model over the first ``num_images``
+  test images, written to ``out_dir`` and logged to the trainer's ``WandbLogger``, if any; ``scalars`` then holds
   done.json's analysis numbers.
-All of it runs on global rank zero only, in eval mode, and leaves the model's mode as it was.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,49 +30,29 @@ from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.stats import ChannelStats
 from vitladder.training.axes import EPOCH
 
-__all__ = ["AttentionAnalysis"]
 
-
-def _network(pl_module: L.LightningModule) -> nn.Module:
-    """The ViT inside the LightningModule (``RecipeModule.model``), or the module itself."""
-    return getattr(pl_module, "model", pl_module)
-
-
+@dataclass(eq=False)  # a callback is itself, whatever its settings
 class AttentionAnalysis(L.Callback):
-    def __init__(
-        self,
-        out_dir: str | Path,
-        rung: str,
-        patch_px: int,
-        num_images: int = 1000,
-        batch_size: int = 250,
-        example_image: int = 0,
-        track_every_n_epochs: int = 5,
-        track_images: int = 64,
-        enabled: bool = True,
-        seed: int = 0,
-        data: ImageDataModule | None = None,
-        probes: Sequence[str] = ("attention", "cls_attention"),
-        settings: Mapping[str, Mapping] | None = None,
-    ) -> None:
-        self.out_dir = Path(out_dir)
-        self.data = data  # the run's set-up datamodule: its validation and test images, classes and statistics
-        self.rung = rung
-        self.patch_px = int(patch_px)
-        self.num_images = int(num_images)
-        self.batch_size = int(batch_size)
-        self.example_image = int(example_image)
-        self.track_every_n_epochs = int(track_every_n_epochs)
-        self.track_images = int(track_images)
-        self.enabled = bool(enabled)
-        self.seed = int(seed)  # names the run in the W&B tables
-        self.probes = tuple(probes)
-        self.settings = dict(settings or {})
-        self.history: list[dict] = []  # {"epoch": epochs trained, name: value} per tracked epoch
-        self.results: dict[str, Result] | None = None  # the final analysis, after fit
-        self.scalars: dict | None = None  # done.json's analysis numbers, after fit
-        self.files: dict[str, Path] = {}
-        self.seconds: float | None = None  # how long the final analysis took
+    out_dir: Path
+    rung: str
+    patch_px: int
+    num_images: int = 1000
+    batch_size: int = 250
+    example_image: int = 0
+    track_every_n_epochs: int = 5
+    track_images: int = 64
+    enabled: bool = True
+    seed: int = 0  # names the run in the W&B tables
+    data: ImageDataModule | None = None  # the run's set-up datamodule: its images, classes and statistics
+    probes: Sequence[str] = ("attention", "cls_attention")
+    settings: Mapping[str, Mapping] = field(default_factory=dict)  # probe name -> its analysis.settings block
+    history: list[dict] = field(default_factory=list, init=False)  # {"epoch": epochs trained, name: value}
+    results: dict[str, Result] | None = field(default=None, init=False)  # the final analysis, after fit
+    scalars: dict | None = field(default=None, init=False)  # done.json's analysis numbers, after fit
+    files: dict[str, Path] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.out_dir, self.probes, self.settings = Path(self.out_dir), tuple(self.probes), dict(self.settings or {})
 
     @classmethod
     def from_config(
@@ -115,14 +94,12 @@ class AttentionAnalysis(L.Callback):
         self.scalars = done_scalars(self.results, len(images))
         return self.files
 
-    # --- checkpointed state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"history": [dict(r) for r in self.history]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = history_rows(state_dict.get("history", []))  # older checkpoints: one row per layer
 
-    # --- tracking during training ---------------------------------------------------------
     def _tracking(self) -> bool:
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
@@ -135,7 +112,7 @@ class AttentionAnalysis(L.Callback):
         """Measures the tracking batch, keeps the values in the history; returns {track/<name>: value}."""
         images = self.tracking_split().images[: self.track_images]  # (n, 3, H, W) uint8 on the device
         ctx = self.context(images.shape[-1], self.data.stats, self.data.classes)
-        values = track_probes(_network(pl_module), images, ctx, self.probes)
+        values = track_probes(pl_module.model, images, ctx, self.probes)  # the ViT (RecipeModule.model)
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its row
         self.history.append({"epoch": epochs_trained, **values})
         return {f"{TRACK}{name}": value for name, value in values.items()}
@@ -154,7 +131,6 @@ class AttentionAnalysis(L.Callback):
             for key, value in self._track(trainer, pl_module, epochs_trained).items():
                 pl_module.log(key, value, rank_zero_only=True)
 
-    # --- the final analysis ---------------------------------------------------------------
     def _final_due(self, trainer: L.Trainer) -> bool:
         return self.enabled and trainer.is_global_zero and self.results is None
 
@@ -178,11 +154,11 @@ class AttentionAnalysis(L.Callback):
         started = time.perf_counter()
         test = self.data.test
         n = min(self.num_images, len(test.images))
-        self.analyse(_network(pl_module), test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
+        self.analyse(pl_module.model, test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 log_analysis(logger.experiment, self.results, self.files, self.rung, self.seed, n)
-        self.seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
         rank_zero_info(
-            f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {self.seconds:.1f} s"
+            f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {seconds:.1f} s"
         )

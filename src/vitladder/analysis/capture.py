@@ -1,11 +1,10 @@
-"""Capture attention probabilities from a timm ViT without slowing down training.
+"""Attention probabilities from a timm ViT, and the mode every analysis runs the model in.
 
-Training keeps timm's fused attention (``F.scaled_dot_product_attention``), which never
-materialises the ``(B, H, T, T)`` probabilities. For analysis we switch every attention
-module to timm's explicit path for one forward pass, where ``attn_drop`` receives exactly
-the softmax probabilities, and read them with a forward hook on ``attn_drop``. In eval
-mode that dropout is the identity, so the hook sees the probabilities that are multiplied
-with the values, and storing them costs no copy (float32 in, float32 kept).
+Training keeps timm's fused attention, which never materialises the ``(B, H, T, T)`` probabilities. For one
+forward pass every ``Attention`` takes its explicit path (timm's own ``fused_attn`` switch), where ``attn_drop``,
+the identity in eval mode, receives the softmax probabilities, and a forward hook reads them. timm's
+``AttentionExtract`` reads the same module but leaves its hooks on the model (``method="hook"``) or traces the
+model afresh on every call (``"fx"``: seconds).
 """
 
 from __future__ import annotations
@@ -17,76 +16,57 @@ import torch
 from timm.layers.attention import Attention
 from torch import Tensor, nn
 
-__all__ = ["attention_modules", "capture_attention", "unfused_attention"]
 
-# Maps one layer's (B, H, T, T) probabilities to what is kept of them, e.g. the CLS row.
-Reducer = Callable[[Tensor], Tensor]
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The original module behind ``torch.compile`` (hooks and flags live there)."""
-    return getattr(model, "_orig_mod", model)
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode, no gradients, a compiled model run eagerly (its hooks fire); the train/eval mode restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            yield
+    finally:
+        model.train(was_training)
 
 
 def attention_modules(model: nn.Module) -> list[Attention]:
-    """timm ``Attention`` modules of the model in registration order, i.e. block order."""
-    return [m for m in _unwrap(model).modules() if isinstance(m, Attention)]
+    """The timm ``Attention`` modules in block order (a compiled model's too: they are its submodules)."""
+    return [m for m in model.modules() if isinstance(m, Attention)]
 
 
 @contextmanager
-def unfused_attention(model: nn.Module) -> Iterator[nn.Module]:
-    """Run every timm ``Attention`` of ``model`` on the explicit (unfused) path.
-
-    Each module's previous ``fused_attn`` value is restored on exit, also after an error.
-    """
+def unfused_attention(model: nn.Module) -> Iterator[None]:
+    """Every ``Attention`` on its explicit path; each one's own setting restored on exit, also after an error."""
     modules = attention_modules(model)
     previous = [m.fused_attn for m in modules]
     try:
         for m in modules:
             m.fused_attn = False
-        yield model
+        yield
     finally:
         for m, fused in zip(modules, previous):
             m.fused_attn = fused
 
 
-@torch.no_grad()
 def capture_attention(
-    model: nn.Module,
-    images: Tensor,
-    reduce: Reducer | None = None,
+    model: nn.Module, images: Tensor, reduce: Callable[[Tensor], Tensor] | None = None
 ) -> tuple[Tensor, list[Tensor]]:
-    """One eval forward pass returning ``(logits (B, C), [attention (B, H, T, T)] per block)``.
-
-    The maps are float32, in block order. ``images`` are moved to the model's device.
-    ``reduce``, if given, is applied to each layer's map inside the hook, so only its result
-    is kept (e.g. ``lambda a: a[:, :, 0, 1:]`` for the CLS maps); call this once per batch
-    and combine the batches yourself. The model's train/eval mode is restored afterwards.
-    A ``torch.compile``d model is unwrapped and run eagerly.
-    """
-    model = _unwrap(model)
+    """One eval-mode forward pass of ``images`` (moved to the model's device): ``(logits (B, C), [attention
+    (B, H, T, T) float32] per block)``. ``reduce``, if given, maps each layer's attention to what is kept of it
+    inside the hook, so memory holds one layer's map at a time (e.g. ``lambda a: a[:, :, 0, 1:]``, the CLS rows)."""
     modules = attention_modules(model)
     if not modules:
         raise ValueError("the model has no timm Attention modules to capture attention from")
-
     maps: list[Tensor] = []
 
     def keep(_module: nn.Module, _inputs: tuple[Tensor, ...], probs: Tensor) -> None:
-        probs = probs.float()  # (B, H, T, T); no copy when already float32
-        maps.append(reduce(probs) if reduce is not None else probs)
+        maps.append(reduce(probs.float()) if reduce is not None else probs.float())  # no copy when float32
 
-    was_training = model.training
     hooks = [m.attn_drop.register_forward_hook(keep) for m in modules]
     try:
-        model.eval()  # attn_drop becomes the identity: the hook sees the true probabilities
-        device = next(model.parameters()).device
-        with unfused_attention(model):
-            logits = model(images.to(device, non_blocking=True))  # (B, C)
+        with evaluating(model), unfused_attention(model):
+            logits = model(images.to(next(model.parameters()).device, non_blocking=True))  # (B, C)
     finally:
         for hook in hooks:
             hook.remove()
-        model.train(was_training)
-
-    if len(maps) != len(modules):
-        raise RuntimeError(f"captured {len(maps)} attention maps from {len(modules)} attention modules")
     return logits.float(), maps

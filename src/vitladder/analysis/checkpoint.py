@@ -1,9 +1,6 @@
-"""Load any model the training wrote, and the test images its run was evaluated on.
-
-Accepted: a run folder (``<run>/checkpoints/model.safetensors``, else an older version's ``model.pt``, else
-``last.ckpt``), a final model file (``vitladder-model/1``: model.safetensors or model.pt), or a Lightning
-checkpoint (``last.ckpt``: the ViT's weights under ``model.``, possibly with ``_orig_mod.`` from a compiled
-model). Anything else raises a one-line ``CheckpointError`` naming the file.
+"""Load any model the training wrote, and the test images its run was evaluated on: a run folder
+(``<run>/checkpoints/model.safetensors``, else an older version's ``model.pt``, else ``last.ckpt``), a final model file
+or a Lightning checkpoint. Anything else raises a one-line ``CheckpointError`` naming the file.
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ from vitladder.model import ViTConfig, build_vit, vit_config_from_dict
 from vitladder.run_folder import MODEL_FORMAT, RunPaths, checkpoint_of, run_folder_of
 from vitladder.safe_load import load_checkpoint_file
 
-__all__ = ["LoadedModel", "find_checkpoint", "load_model", "load_run_config", "test_split"]
-
 
 @dataclass
 class LoadedModel:
@@ -37,9 +32,7 @@ class LoadedModel:
     ladder: str | None = None
     classes: tuple[str, ...] | None = None
     history: list[dict] = field(default_factory=list)  # the callback's tracked values (Lightning only)
-    # What its inputs are normalised with. A file from before the statistics travelled with the model has
-    # none: every source was then normalised with CIFAR-10's (_stats).
-    stats: ChannelStats = field(kw_only=True)
+    stats: ChannelStats = field(kw_only=True)  # what its inputs are normalised with
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -52,18 +45,6 @@ def find_checkpoint(path: str | Path) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file or run folder")
     return path
-
-
-def _strip(state_dict: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
-    """Keys under ``prefix`` without it, with any ``_orig_mod.`` (torch.compile) removed."""
-    return {k[len(prefix) :].replace("_orig_mod.", ""): v for k, v in state_dict.items() if k.startswith(prefix)}
-
-
-def _read(path: Path) -> dict:
-    data = load_checkpoint_file(path, "give a run folder or its checkpoints/model.safetensors")  # no code run
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
-    return data
 
 
 def _vit_config(ckpt: Path, raw: object) -> ViTConfig:
@@ -89,54 +70,43 @@ def _history(data: dict) -> list[dict]:
     return []
 
 
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _stats(value: object) -> ChannelStats:
-    """The normalisation a file records (ValueError if malformed), or CIFAR-10's where it records none."""
-    return CIFAR10_STATS if value is None else ChannelStats.from_dict(value)
-
-
 def _classes(value: object) -> tuple[str, ...] | None:
-    if not value:
-        return None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value):
+    if value and (not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value)):
         raise TypeError("classes is not a list of names")
-    return tuple(value)
+    return tuple(value) if value else None
 
 
 def load_model(path: str | Path) -> tuple[nn.Module, LoadedModel]:
-    """(the ViT in eval mode on the CPU, what is known about it) for a run folder or checkpoint file."""
+    """(the ViT in eval mode on the CPU, what is known about it) for a run folder or checkpoint file: a final model
+    (``MODEL_FORMAT``) or a Lightning checkpoint (the ViT's weights under ``model.``, with ``_orig_mod.`` from a
+    compiled model)."""
     ckpt = find_checkpoint(path)
-    data = _read(ckpt)
-    run_dir = run_folder_of(ckpt)
+    data = load_checkpoint_file(ckpt, "give a run folder or its checkpoints/model.safetensors")  # no code run
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{ckpt}: not a checkpoint this project wrote (a {type(data).__name__}, not a dict)")
+    final = data.get("format") == MODEL_FORMAT
+    if not final and not ("state_dict" in data and "hyper_parameters" in data):
+        raise CheckpointError(
+            f"{ckpt}: not a checkpoint this project wrote (no {MODEL_FORMAT} format or Lightning state)"
+        )
+    rung, ladder = (data.get(key) if final and isinstance(data.get(key), str) else None for key in ("rung", "ladder"))
     try:
-        if data.get("format") == MODEL_FORMAT:
-            meta = LoadedModel(
-                ckpt,
-                _vit_config(ckpt, data["vit_config"]),
-                run_dir,
-                _text(data.get("rung")),
-                _text(data.get("ladder")),
-                _classes(data.get("classes")),
-                stats=_stats(data.get("normalization")),
-            )
-            state_dict = _strip(data["state_dict"], "")
-        elif "state_dict" in data and "hyper_parameters" in data:
-            hparams = data["hyper_parameters"]
-            meta = LoadedModel(
-                ckpt,
-                _vit_config(ckpt, hparams["model"]),
-                run_dir,
-                history=_history(data),
-                stats=_stats(hparams.get("normalization")),
-            )
-            state_dict = _strip(data["state_dict"], "model.")
-        else:
-            raise CheckpointError(
-                f"{ckpt}: not a checkpoint this project wrote (no {MODEL_FORMAT} format or Lightning state)"
-            )
+        hparams = data if final else data["hyper_parameters"]
+        meta = LoadedModel(
+            ckpt,
+            _vit_config(ckpt, hparams["vit_config" if final else "model"]),
+            run_folder_of(ckpt),
+            rung,
+            ladder,
+            _classes(data.get("classes")) if final else None,
+            history=[] if final else _history(data),
+            # A file from before the statistics travelled with the model: every source was normalised with CIFAR-10's.
+            stats=CIFAR10_STATS if (stats := hparams.get("normalization")) is None else ChannelStats.from_dict(stats),
+        )
+        prefix = "" if final else "model."
+        state_dict = {
+            k[len(prefix) :].replace("_orig_mod.", ""): v for k, v in data["state_dict"].items() if k.startswith(prefix)
+        }
         model = build_vit(meta.vit_config)
         model.load_state_dict(state_dict)
     except (KeyError, TypeError, AttributeError, ValueError, RuntimeError) as error:

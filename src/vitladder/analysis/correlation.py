@@ -1,24 +1,16 @@
-"""Spearman's rank correlation in torch (scipy is not a dependency), batched over leading dimensions.
-
-Ties get the mean of the ranks they span, as in ``scipy.stats.spearmanr``; Spearman's rho is then
-Pearson's correlation of the two rank vectors. A vector with no spread (all values tied) has no
-defined correlation: the result is NaN.
-"""
+"""Spearman's rank correlation in torch (scipy is not a dependency), batched over leading dimensions: Pearson's
+correlation of the ranks, ties sharing the mean of the ranks they span (as ``scipy.stats.spearmanr``); NaN for a
+sample with no spread (all values tied)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["average_ranks", "spearman"]
-
 
 def average_ranks(values: Tensor) -> Tensor:
-    """1-based ranks along the last dimension, tied values sharing the mean of their ranks, ``(..., n)``.
-
-    A value's ties span the sorted positions ``[left, right)`` found by binary search, so its rank is
-    ``(left + 1 + right) / 2``: O(n log n), no ``(n, n)`` comparison.
-    """
+    """1-based ranks along the last dimension, ties sharing the mean of their ranks, ``(..., n)``: a value's ties span
+    the sorted positions ``[left, right)``, found by binary search (no ``(n, n)`` comparison)."""
     values = values.double().contiguous()  # searchsorted copies a strided (e.g. expanded) input anyway
     ordered = values.sort(dim=-1).values  # (..., n)
     left = torch.searchsorted(ordered, values, side="left")  # (..., n) values strictly below

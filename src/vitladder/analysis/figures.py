@@ -1,54 +1,31 @@
 """Figures of attention summaries (matplotlib's object API with the Agg canvas; no pyplot state).
 
-``save_figure`` writes one atomically: to a temporary name, then renamed onto its path. Titles and
-labels are plain text: they may hold names from the data (a class folder called ``price_$``), which
-matplotlib would otherwise parse as maths, and raise on.
+``save_figure`` writes one atomically: to a temporary name, then renamed onto its path. Titles and labels are plain
+text (``PLAIN_TEXT`` while a figure is made and saved): they may hold names from the data (a class folder called
+``price_$``), which matplotlib would otherwise parse as maths, and raise on.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
+import torch
 from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
+from torch import Tensor
 
-from vitladder.analysis.metrics import declared
-from vitladder.analysis.summary import ExampleAttention, query_metrics
-from vitladder.analysis.synthetic_heads import EXPLAINER_GRID, EXPLAINER_PATCH, head_row
+from vitladder.analysis.metrics import declared, patch_distances
+from vitladder.analysis.summary import ExampleAttention
 from vitladder.atomic import atomic_path
 
-__all__ = [
-    "plot_cls_attention",
-    "plot_epoch_lines",
-    "plot_explainer",
-    "plot_heads",
-    "plot_layer_lines",
-    "plot_tracking",
-    "save_figure",
-]
-
 CMAP = "inferno"
-EXPLAINER_PATCH_PX = 4
-F = TypeVar("F", bound=Callable[..., Figure])
 PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
-
-
-def _plain_text(plot: F) -> F:
-    """Every text the figure gets while ``plot`` runs is shown as written: no mathtext, no LaTeX."""
-
-    @functools.wraps(plot)
-    def wrapper(*args, **kwargs):
-        with rc_context(PLAIN_TEXT):
-            return plot(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+EXPLAINER_GRID, EXPLAINER_PATCH, EXPLAINER_PATCH_PX = 8, (2, 3), 4  # the query patch: (row, column)
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
@@ -59,7 +36,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     return Path(path)
 
 
-@_plain_text
+@rc_context(PLAIN_TEXT)
 def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: str) -> Figure:
     """Per-head dots, the per-layer mean as a line and the uniform value (if any) dashed; ``values`` is (L, H)."""
     values = np.asarray(values, dtype=float)  # (L, H)
@@ -68,13 +45,8 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     ax = fig.add_subplot()
     for h in range(values.shape[1]):
         ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
-    ax.plot(
-        layers,
-        values.mean(axis=1),
-        "o-",
-        color="black",
-        label="layer mean (6 heads)" if values.shape[1] == 6 else "layer mean",
-    )
+    mean_label = "layer mean (6 heads)" if values.shape[1] == 6 else "layer mean"
+    ax.plot(layers, values.mean(axis=1), "o-", color="black", label=mean_label)
     if uniform is not None:
         ax.axhline(uniform, ls="--", color="tab:red", label=f"uniform attention ({uniform:.2f})")
     top = max(values.max(), uniform if uniform is not None else values.max())
@@ -92,7 +64,7 @@ def _show_map(ax, values: np.ndarray, grid: int) -> None:
     ax.set_yticks([])
 
 
-@_plain_text
+@rc_context(PLAIN_TEXT)
 def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figure:
     """The CLS token's attention for every layer x head, the head mean and the rollout, beside the image."""
     cls_maps = example.cls_maps.float().numpy()  # (L, H, N)
@@ -100,12 +72,8 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figu
     num_layers, num_heads, _ = cls_maps.shape
     cols = 2 + num_heads + 2  # image, a spacer for the row labels, heads, mean, rollout
     fig = Figure(figsize=(1.3 * (cols - 0.7), 1.3 * num_layers + 0.5))
-    axes = fig.subplots(
-        num_layers,
-        cols,
-        squeeze=False,
-        gridspec_kw={"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08},
-    )
+    grid_spec = {"width_ratios": [1, 0.3] + [1] * (cols - 2), "wspace": 0.08, "hspace": 0.08}
+    axes = fig.subplots(num_layers, cols, squeeze=False, gridspec_kw=grid_spec)
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.03, top=1 - 0.6 / (1.3 * num_layers + 0.5))
     for layer in range(num_layers):
         axes[layer, 0].axis("off")
@@ -128,24 +96,36 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figu
     return fig
 
 
-@_plain_text
+def explainer_rows(grid: int, row: int, col: int) -> dict[str, Tensor]:
+    """Three made-up heads' attention of the patch at (row, col) over the ``N`` patches, ``(N,)`` each: spread equally
+    over its neighbours (8, fewer on an edge), over the 3 patches farthest from it (ties: lower index first), and
+    uniform."""
+    index = torch.arange(grid * grid)
+    dist2 = (index // grid - row) ** 2 + (index % grid - col) ** 2  # (N,) squared distance in patch widths
+    local = ((dist2 > 0) & (dist2 <= 2)).float()
+    far = torch.zeros(grid * grid)
+    far[torch.sort(dist2, descending=True, stable=True).indices[:3]] = 1.0 / 3
+    return {"local": local / local.sum(), "far": far, "uniform": torch.full((grid * grid,), 1.0 / (grid * grid))}
+
+
+@rc_context(PLAIN_TEXT)
 def plot_explainer() -> Figure:
     """Three made-up heads for one patch of the 8x8 grid: local, focused but far, uniform."""
     grid, (row, col) = EXPLAINER_GRID, EXPLAINER_PATCH
-    query = row * grid + col
-    panels = (("local", "local"), ("far", "focused but far"), ("uniform", "uniform"))
+    distances = patch_distances(grid, EXPLAINER_PATCH_PX)[row * grid + col]  # (N,) from the query patch
+    rows = explainer_rows(grid, row, col)
     fig = Figure(figsize=(9, 3.4))
-    axes = fig.subplots(1, len(panels))
-    for ax, (kind, name) in zip(axes, panels):
-        attention = head_row(kind, grid, row, col)  # (N,)
-        distance, entropy = query_metrics(attention, grid, EXPLAINER_PATCH_PX, query)
+    axes = fig.subplots(1, 3)
+    for ax, (kind, name) in zip(axes, (("local", "local"), ("far", "focused but far"), ("uniform", "uniform"))):
+        attention = rows[kind]  # (N,)
+        entropy = float(-torch.special.xlogy(attention, attention).sum())
         _show_map(ax, attention.numpy(), grid)
         ax.set_xticks(np.arange(grid + 1) - 0.5, minor=True)
         ax.set_yticks(np.arange(grid + 1) - 0.5, minor=True)
         ax.grid(which="minor", color="gray", linewidth=0.6)
         ax.tick_params(which="minor", length=0)
         ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="tab:blue", linewidth=2.5))
-        ax.set_title(f"{name}\n{distance:.1f} px, {entropy:.2f} nats", fontsize=10)
+        ax.set_title(f"{name}\n{float(attention @ distances):.1f} px, {entropy:.2f} nats", fontsize=10)
     fig.suptitle(
         f"Three made-up heads for the patch at row {row}, column {col} (outlined), over the "
         f"{grid * grid} patches only\n(each map scaled to its own maximum)",
@@ -154,18 +134,17 @@ def plot_explainer() -> Figure:
     return fig
 
 
-def _layer_colors(num_layers: int) -> list:
-    cmap = colormaps["viridis"]
-    return [cmap(i / max(num_layers - 1, 1)) for i in range(num_layers)]
+def layer_colors(num_layers: int) -> list:
+    return [colormaps["viridis"](i / max(num_layers - 1, 1)) for i in range(num_layers)]
 
 
-@_plain_text
+@rc_context(PLAIN_TEXT)
 def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str) -> Figure:
     """Per-layer values over training, one panel per metric tracked (``declared("figures")``): ``history`` rows
     have epoch, layer and each metric's name; ``uniform`` (metric name -> value) adds a dashed line."""
     metrics = declared("figures")
     layers = sorted({int(r["layer"]) for r in history})
-    colors = _layer_colors(len(layers))
+    colors = layer_colors(len(layers))
     fig = Figure(figsize=(5 * len(metrics), 4))
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
@@ -200,7 +179,7 @@ def _lines(ax, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], re
     ax.grid(alpha=0.3)
 
 
-@_plain_text
+@rc_context(PLAIN_TEXT)
 def plot_layer_lines(
     series: Mapping[str, Sequence[float]], references: Mapping[str, float], ylabel: str, title: str
 ) -> Figure:
@@ -213,7 +192,7 @@ def plot_layer_lines(
     return fig
 
 
-@_plain_text
+@rc_context(PLAIN_TEXT)
 def plot_epoch_lines(
     panels: Sequence[tuple[str, Mapping[str, tuple[Sequence[float], Sequence[float]]], Mapping[str, float]]],
     title: str,

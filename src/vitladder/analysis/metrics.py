@@ -1,19 +1,10 @@
-"""What attention heads look at: pure tensor maths on attention probabilities.
+"""What attention heads look at: pure tensor maths on attention ``A[b, h, q, k]`` of shape ``(B, H, T, T)``, rows
+summing to 1, over ``T = 1 + N`` tokens: token 0 is the CLS token, tokens ``1..N`` the patches of a ``g x g`` grid in
+row-major order. The definitions are docs/design.md §4's: each number is per head, averaged over the batch and the
+``N`` patch queries (the CLS query row is left out); a layer's value is the mean of its heads, which callers take.
 
-Every function takes attention ``A[b, h, q, k]`` of shape ``(B, H, T, T)`` whose rows sum
-to 1, over ``T = 1 + N`` tokens: token 0 is the CLS token, tokens ``1..N`` are the patches
-of a square ``g x g`` grid in row-major order (patch ``i`` sits at row ``i // g``, column
-``i % g``). The definitions are the contract of DESIGN.md section 4:
-
-- mean attention distance (px): ``sum_k Â[q, k] * |c_q - c_k|`` over patch keys;
-- entropy (nats): ``-sum_k A[q, k] ln A[q, k]`` over all ``T`` keys;
-- CLS share: ``A[q, 0]``;
-
-each per head, averaged over the batch and over the ``N`` patch queries (the CLS query
-row is left out). Layer values are the mean of a layer's heads; callers take that mean.
-
-``METRICS`` at the end declares each per-head metric once (function, name, unit, label); the CSVs,
-W&B keys, figures and the ladder report loop over it, so a new metric is one function and one entry.
+``METRICS`` at the end declares each per-head metric once; the CSVs, W&B keys, figures and the ladder report loop
+over it, so a new metric is one function and one entry.
 """
 
 from __future__ import annotations
@@ -27,24 +18,6 @@ import torch
 from torch import Tensor
 
 ClsConvention = Literal["renormalise", "drop"]
-
-__all__ = [
-    "METRICS",
-    "ClsConvention",
-    "HeadMetric",
-    "Shown",
-    "attention_entropy",
-    "attention_rollout",
-    "cls_share",
-    "declared",
-    "grid_from_tokens",
-    "mean_attention_distance",
-    "patch_centers",
-    "patch_distances",
-    "uniform_distance",
-    "uniform_distance_drop",
-    "uniform_entropy",
-]
 
 
 def grid_from_tokens(num_tokens: int) -> int:
@@ -73,24 +46,18 @@ def patch_distances(grid: int, patch_px: float) -> Tensor:
 
 
 def _check_attention(attn: Tensor) -> int:
-    """Validate the ``(B, H, T, T)`` layout and return the grid side."""
+    """The grid side of a ``(B, H, T, T)`` attention, which is checked."""
     if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"expected attention of shape (B, H, T, T), got {tuple(attn.shape)}")
     return grid_from_tokens(attn.shape[-1])
 
 
-def mean_attention_distance(
-    attn: Tensor,
-    patch_px: float,
-    cls_convention: ClsConvention = "renormalise",
-) -> Tensor:
+def mean_attention_distance(attn: Tensor, patch_px: float, cls_convention: ClsConvention = "renormalise") -> Tensor:
     """Mean attention distance per head in pixels, ``(H,)``.
 
-    ``cls_convention="renormalise"`` (the project's definition) rescales each patch query's
-    attention over the patch keys to sum to 1, so attention parked on CLS does not shrink
-    the distance. ``"drop"`` uses ``A[q, 1:]`` as is, the convention of published code;
-    it equals the renormalised value times the patch share ``1 - A[q, 0]`` per query.
-    A query whose whole attention is on CLS has no defined distance; it counts as 0.
+    ``"renormalise"`` (the project's definition) rescales each patch query's attention over the patch keys to sum
+    to 1, so attention parked on CLS does not shrink the distance; a query wholly on CLS counts 0. ``"drop"`` uses
+    ``A[q, 1:]`` as is, the convention of published code: the renormalised value times ``1 - A[q, 0]`` per query.
     """
     grid = _check_attention(attn)
     if cls_convention not in ("renormalise", "drop"):
@@ -124,41 +91,21 @@ def cls_share(attn: Tensor) -> Tensor:
 
 
 def attention_rollout(attns: list[Tensor]) -> Tensor:
-    """Attention rollout (Abnar & Zuidema 2020): the CLS row over the patches, ``(B, N)``.
-
-    Per layer the head mean ``Ā``, then ``Â = 0.5 Ā + 0.5 I`` (the residual path) with rows
-    renormalised; ``R = Â_last @ ... @ Â_first``; the map is ``R[:, 0, 1:]``. Rows of ``R``
-    sum to 1, so the map sums to ``1 - R[:, 0, 0]``.
-    """
+    """Attention rollout (Abnar & Zuidema 2020) of layers first to last: the CLS row over the patches, ``(B, N)``."""
     if not attns:
         raise ValueError("attention rollout needs at least one layer of attention")
     _check_attention(attns[0])
-    num_tokens = attns[0].shape[-1]
-    eye = torch.eye(num_tokens, device=attns[0].device)  # (T, T)
-    rollout: Tensor | None = None
-    for attn in attns:  # first layer to last
-        mixed = 0.5 * attn.float().mean(dim=1) + 0.5 * eye  # (B, T, T)
-        mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows sum to 1 again
-        rollout = mixed if rollout is None else mixed @ rollout  # later layers multiply on the left
-    assert rollout is not None
+    eye = torch.eye(attns[0].shape[-1], device=attns[0].device)  # (T, T)
+    rollout = eye
+    for attn in attns:
+        mixed = 0.5 * attn.float().mean(dim=1) + 0.5 * eye  # (B, T, T): the residual path
+        rollout = (mixed / mixed.sum(dim=-1, keepdim=True)) @ rollout  # rows renormalised; later layers on the left
     return rollout[:, 0, 1:]  # (B, N)
 
 
 def uniform_distance(grid: int, patch_px: float) -> float:
     """Mean attention distance of uniform attention: mean over all pairs, self included (px)."""
     return patch_distances(grid, patch_px).double().mean().item()
-
-
-def uniform_distance_drop(grid: int, patch_px: float) -> float:
-    """The CLS-dropped distance of uniform attention over the ``1 + N`` tokens: the patch keys hold ``N / (N + 1)``
-    of it, so ``uniform_distance * N / (N + 1)`` (16.29 px for 8x8 patches of 4 px, 15.1 px for 4x4 of 8 px)."""
-    n = grid * grid
-    return uniform_distance(grid, patch_px) * n / (n + 1)
-
-
-def uniform_entropy(num_tokens: int) -> float:
-    """Entropy of uniform attention over ``num_tokens`` keys: ``ln T`` (nats)."""
-    return math.log(num_tokens)
 
 
 # --- the per-head metrics, declared once -------------------------------------------------------
@@ -171,15 +118,11 @@ SHOWN = ("csv", "wandb", "report", "figures")  # each level adds to the one befo
 class HeadMetric:
     """One per-head metric: how it is computed, and the one name every output uses for it.
 
-    ``shown`` says how far it reaches, each level adding to the one before:
-    ``"csv"``: heads.csv and layers.csv (a variant kept for comparison);
-    ``"wandb"``: also the rung's W&B run (per-layer summary scalars, a by-layer chart) and the report
-    run's layers table;
-    ``"report"``: also layer 1 in done.json and a layer-1 column (with its uniform value) of the ladder
-    report: report.md, ladder.csv and the W&B report run's ladder table;
-    ``"figures"``: also tracked during training (tracking.csv, ``track/`` keys, locality.png; layer 1 in the
-    report's tracking_by_epoch.png and the W&B Report), a per-head figure ``<short>.png`` per run and
-    ``<short>_by_layer.png``.
+    ``shown`` says how far it reaches, each level adding to the one before: ``"csv"``: heads.csv and layers.csv;
+    ``"wandb"``: the rung's W&B run (per-layer summary scalars, a by-layer chart) and the report run's layers table;
+    ``"report"``: layer 1 in done.json and a layer-1 column (with its uniform value) of the ladder report;
+    ``"figures"``: tracked during training (tracking.csv, ``track/`` keys, locality.png, the report's
+    tracking_by_epoch.png and the W&B Report), a per-head figure ``<short>.png`` and ``<short>_by_layer.png``.
     """
 
     name: str  # CSV column, W&B key and table column, with its unit: "distance_px"
@@ -193,15 +136,11 @@ class HeadMetric:
 
     @property
     def axis_label(self) -> str:
-        """``label (unit)``, or the label alone for a unitless metric."""
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
 
 def declared(at_least: Shown = "csv") -> tuple[HeadMetric, ...]:
-    """The metrics of METRICS shown at least as far as ``at_least``, in declaration order.
-
-    Read at call time, so every output sees the same list (a test may swap METRICS).
-    """
+    """The metrics of METRICS shown at least as far as ``at_least``, in declaration order (read when called)."""
     level = SHOWN.index(at_least)
     return tuple(m for m in METRICS if SHOWN.index(m.shown) >= level)
 
@@ -223,10 +162,11 @@ METRICS: tuple[HeadMetric, ...] = (
         "nats",
         "entropy",
         digits=2,
-        uniform=lambda grid, px: uniform_entropy(1 + grid * grid),
+        uniform=lambda grid, px: math.log(1 + grid * grid),  # ln T
     ),
     HeadMetric("cls_share", lambda attn, px: cls_share(attn), "CLS share", "", "cls_share", digits=3, shown="wandb"),
-    # The other reading of the article's distance, common in published code: CLS dropped, not renormalised.
+    # The other reading of the article's distance, common in published code: CLS dropped, not renormalised. Uniform
+    # attention holds N / (N + 1) of itself on the patch keys (16.29 px for 8x8 patches of 4 px).
     HeadMetric(
         "distance_drop_px",
         lambda attn, px: mean_attention_distance(attn, px, "drop"),
@@ -235,6 +175,6 @@ METRICS: tuple[HeadMetric, ...] = (
         "distance_drop",
         digits=1,
         shown="report",
-        uniform=lambda grid, px: uniform_distance_drop(grid, px),
+        uniform=lambda grid, px: uniform_distance(grid, px) * (grid * grid) / (grid * grid + 1),
     ),
 )

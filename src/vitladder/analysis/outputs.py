@@ -14,18 +14,6 @@ from vitladder.analysis.figures import save_figure
 from vitladder.analysis.probes import Result
 from vitladder.atomic import write_text
 
-__all__ = [
-    "LEGACY_COLUMNS",
-    "done_scalars",
-    "history_rows",
-    "read_analysis_csv",
-    "read_csv",
-    "rounded",
-    "table_columns",
-    "write_csv",
-    "write_results",
-]
-
 # Column names of analysis folders written before the names were unified, read under today's names.
 LEGACY_COLUMNS = {
     "mean_distance_px": "distance_px",

@@ -25,7 +25,7 @@ from torch import Tensor
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
 from vitladder.analysis.metrics import attention_rollout
-from vitladder.analysis.position_embeddings import grid_correlation, patch_position_embeddings, position_similarity
+from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.atomic import write_text
 from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats
@@ -91,7 +91,7 @@ def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor,
 
 def position_payload(model: torch.nn.Module, grid: int) -> dict:
     """The cosine similarity of every pair of the model's learned patch position embeddings, for the map of
-    the patch under the pointer (``analysis/position_embeddings.py``; Dosovitskiy et al. 2021, Fig. 7).
+    the patch under the pointer (``analysis/probes/positions.py``; Dosovitskiy et al. 2021, Fig. 7).
 
     ``similarity`` is uint8 ``(N, N)``: row ``i`` is patch ``i``'s similarity to every patch, on the fixed
     scale ``[low, high] = [-1, 1]`` (``quantise_range``: within 1/255), so its own cell is 255.

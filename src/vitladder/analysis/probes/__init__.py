@@ -1,14 +1,11 @@
-"""What is asked of a trained model: one module per probe, found by name from ``analysis.probes``.
+"""What is asked of a trained model: one module per probe, found by name from ``analysis.probes`` (modules whose name
+starts with ``_`` are helpers, as in ``data/sources/``).
 
-A probe is a module ``vitladder.analysis.probes.<name>`` that defines ``run(model, images, labels, ctx) ->
-Result``: from the model (eval mode, no gradients, on the training device), the analysis images ``(N, 3, S, S)``
-uint8 on that device with their labels ``(N,)``, and a frozen :class:`Context`, its tables, figures and scalars.
-Optionally ``track(model, images, ctx) -> {name: float}``, measured during training on the tracking images
-(logged as ``track/<name>`` against ``epoch``, kept in the checkpointed history that ``ctx.history`` hands to
-``run``), ``columns() -> (Column, ...)``, how the ladder report shows its scalars (and their tracked values), and
-``by_layer() -> (ByLayer, ...)``, the per-layer columns of its tables the ladder report draws. Everything else (the
-CSV and PNG files, W&B, done.json, the ladder report and its W&B run and Report) loops over the configured probes;
-modules whose name starts with ``_`` are helpers, not probes (as ``data/sources/`` does).
+A probe defines ``run(model, images, labels, ctx) -> Result``: from the model (eval mode, no gradients, on the training
+device), the analysis images ``(N, 3, S, S)`` uint8 on that device with their labels ``(N,)`` and a :class:`Context`,
+its tables, figures and scalars. Optionally ``track(model, images, ctx) -> {name: float}``, measured during training
+(``track/<name>`` against ``epoch``, handed back to ``run`` in ``ctx.history``), ``columns()`` and ``by_layer()``, how
+the ladder report shows it. The files, W&B, done.json and the report loop over the configured probes.
 """
 
 from __future__ import annotations
@@ -27,20 +24,6 @@ if TYPE_CHECKING:  # discovery (probe_names, the config's check) imports neither
     from torch import Tensor, nn
 
     from vitladder.data.stats import ChannelStats
-
-__all__ = [
-    "ByLayer",
-    "Chart",
-    "Column",
-    "Context",
-    "Result",
-    "by_layer",
-    "columns",
-    "probe_named",
-    "probe_names",
-    "run_probes",
-    "track_probes",
-]
 
 
 @dataclass(frozen=True)
@@ -136,19 +119,14 @@ def probe_named(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def _declared(names: Sequence[str], kind: str) -> tuple:
-    """What the probes ``names`` declare with their function ``kind`` (none without one), in their order."""
-    return tuple(item for name in names for item in getattr(probe_named(name), kind, tuple)())
-
-
 def columns(names: Sequence[str]) -> tuple[Column, ...]:
     """The ladder report's columns of the probes ``names``, in their order."""
-    return _declared(names, "columns")
+    return tuple(column for name in names for column in getattr(probe_named(name), "columns", tuple)())
 
 
 def by_layer(names: Sequence[str]) -> tuple[ByLayer, ...]:
     """The per-layer values the ladder report draws of the probes ``names``, in their order."""
-    return _declared(names, "by_layer")
+    return tuple(value for name in names for value in getattr(probe_named(name), "by_layer", tuple)())
 
 
 def run_probes(
@@ -156,7 +134,7 @@ def run_probes(
 ) -> dict[str, Result]:
     """Every probe of ``names`` on ``images`` ``(N, 3, S, S)`` uint8 and ``labels`` ``(N,)``: {name: Result}.
     Two probes naming the same output is an error: each file, table and scalar has one maker."""
-    from vitladder.analysis.head_removal import evaluating
+    from vitladder.analysis.capture import evaluating
 
     results: dict[str, Result] = {}
     seen: dict[str, str] = {}
@@ -173,7 +151,7 @@ def run_probes(
 
 def track_probes(model: nn.Module, images: Tensor, ctx: Context, names: Sequence[str]) -> dict[str, float]:
     """The values every probe of ``names`` that tracks measures on ``images``: {name: value}."""
-    from vitladder.analysis.head_removal import evaluating
+    from vitladder.analysis.capture import evaluating
 
     values: dict[str, float] = {}
     for name in names:

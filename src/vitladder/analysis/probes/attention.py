@@ -1,9 +1,8 @@
-"""What every head looks at: the per-head metrics declared in ``metrics.METRICS``, per head and per layer, and
-their forming during training (docs/design.md §4).
-
-Each metric reaches as far as its ``shown`` level says: heads.csv and layers.csv; the W&B tables and a by-layer
-chart; layer 1 and its uniform value in done.json and the ladder report; and, for those shown in figures, a
-per-head figure ``<short>.png``, tracking during training (``layer<l>/<name>``: tracking.csv, locality.png).
+"""What every head looks at: the per-head metrics declared in ``metrics.METRICS``, per head and per layer, and their
+forming during training (docs/design.md §4). Each metric reaches as far as its ``shown`` level says: heads.csv and
+layers.csv; the W&B tables and a by-layer chart; layer 1 and its uniform value in done.json and the ladder report;
+for those shown in figures, a per-head figure ``<short>.png`` and tracking (``layer<l>/<name>``: tracking.csv,
+locality.png).
 """
 
 from __future__ import annotations
@@ -16,21 +15,22 @@ from torch import Tensor, nn
 from vitladder.analysis import figures
 from vitladder.analysis.metrics import HeadMetric, declared
 from vitladder.analysis.probes import ByLayer, Chart, Column, Context, Result
-from vitladder.analysis.summary import AttentionSummary, analyse, headline_layer
+from vitladder.analysis.summary import AttentionSummary, analyse
 from vitladder.config_schema import ReferenceFigures
 
+HEADLINE_LAYER = 1  # "layer 1": the second block, where the article reads locality (docs/design.md §4)
 
-def _summary(model: nn.Module, images: Tensor, ctx: Context) -> AttentionSummary:
-    return analyse(model, images, ctx.batch_size, ctx.patch_px, stats=ctx.stats)
+
+def headline_layer(num_layers: int) -> int:
+    """The index of the layer reported as "layer 1"; a one-layer model reports its only layer."""
+    return min(HEADLINE_LAYER, num_layers - 1)
 
 
 def track(model: nn.Module, images: Tensor, ctx: Context) -> dict[str, float]:
     """Per layer, each metric shown in figures: ``layer<l>/<name>``."""
-    summary = _summary(model, images, ctx)
+    summary = analyse(model, images, ctx.batch_size, ctx.patch_px, stats=ctx.stats)
     layers, shown = summary.layers, declared("figures")
-    return {
-        f"layer{layer}/{m.name}": float(layers[m.name][layer]) for layer in range(summary.num_layers) for m in shown
-    }
+    return {f"layer{i}/{m.name}": float(layers[m.name][i]) for i in range(summary.num_layers) for m in shown}
 
 
 def head_rows(summary: AttentionSummary) -> list[dict]:
@@ -60,25 +60,21 @@ def layer_rows(summary: AttentionSummary) -> list[dict]:
 
 
 def tracking_rows(history: tuple[Mapping[str, float], ...], num_layers: int) -> list[dict]:
-    """tracking.csv: per tracked epoch and layer, each metric tracked (a metric declared after the row was
-    tracked is left out: an empty cell)."""
+    """tracking.csv: per tracked epoch and layer, each metric tracked (one declared after the row was tracked is left
+    out: an empty cell)."""
     rows = []
-    for row in history:
-        for layer in range(num_layers):
-            values = {
-                m.name: row[f"layer{layer}/{m.name}"] for m in declared("figures") if f"layer{layer}/{m.name}" in row
-            }
-            rows += [{"epoch": int(row["epoch"]), "layer": layer, **values}] if values else []
+    for row, layer in ((row, layer) for row in history for layer in range(num_layers)):
+        values = {m.name: row[key] for m in declared("figures") if (key := f"layer{layer}/{m.name}") in row}
+        rows += [{"epoch": int(row["epoch"]), "layer": layer, **values}] if values else []
     return rows
 
 
 def run(model: nn.Module, images: Tensor, labels: Tensor, ctx: Context) -> Result:
-    summary = _summary(model, images, ctx)
+    summary = analyse(model, images, ctx.batch_size, ctx.patch_px, stats=ctx.stats)
     result = Result(tables={"heads": head_rows(summary), "layers": layer_rows(summary)})
     for metric in declared("figures"):  # <short>.png: every head of every layer
         title = f"{ctx.rung}: {metric.short} per head ({summary.num_images} test images)"
-        values = summary.heads[metric.name].numpy()
-        uniform = summary.uniform.get(metric.name)
+        values, uniform = summary.heads[metric.name].numpy(), summary.uniform.get(metric.name)
         result.figures[metric.short] = figures.plot_heads(values, uniform, metric.axis_label, title)
     result.figures["explainer"] = figures.plot_explainer()
     tracked = tracking_rows(ctx.history, summary.num_layers)
@@ -114,17 +110,14 @@ def _reference(metric: HeadMetric):
 def columns() -> tuple[Column, ...]:
     """Layer 1 of each metric shown in the report, the article's figure beside it (and a chart by rung), and its
     uniform value; the metrics shown in figures tracked (read when called: a test may declare a metric)."""
-
-    def unit(m: HeadMetric) -> str:
-        return f" ({m.unit})" if m.unit else ""
-
     columns = []
     for m in declared("report"):
         reference, uniform = _reference(m), f"uniform_{m.name}" if m.uniform else None
+        unit = f" ({m.unit})" if m.unit else ""
         columns.append(
             Column(
                 f"layer1_{m.name}",
-                f"layer-1 {m.label}{unit(m)}",
+                f"layer-1 {m.label}{unit}",
                 m.digits,
                 reference=reference,
                 track=f"layer1/{m.name}" if m.shown == "figures" else None,
@@ -132,7 +125,7 @@ def columns() -> tuple[Column, ...]:
                 uniform=uniform,
             )
         )
-        columns += [Column(uniform, f"uniform{unit(m)}", m.digits, ci=False)] if uniform else []
+        columns += [Column(uniform, f"uniform{unit}", m.digits, ci=False)] if uniform else []
     return tuple(columns)
 
 
