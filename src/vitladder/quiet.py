@@ -6,7 +6,8 @@ notes about their own code. Each filter names one message of one library, so any
   and test (Lightning 2.6 with torch 2.10 and later): nothing a user of this project can change;
 - "Checkpoint directory ... exists and is not empty": every resume finds its last.ckpt there, by design.
 
-W&B's note that the ``anonymous`` setting has no effect is avoided at its source (training/wandb_run.py).
+W&B's note that the ``anonymous`` setting has no effect is avoided at its source: the project starts its W&B runs
+itself (vitladder/wandb/run.py), so Lightning's WandbLogger never passes that setting.
 """
 
 from __future__ import annotations

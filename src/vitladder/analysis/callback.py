@@ -6,7 +6,7 @@
   in the checkpoint, so a resumed run keeps it.
 - After training, on the training device: every probe's ``run`` on the final model over the first
   ``num_images`` test images, written to ``out_dir`` (``outputs.write_results``) and logged to W&B
-  (``wandb_log.log_analysis``) when a ``WandbLogger`` is among the trainer's loggers; ``scalars`` then holds
+  (``vitladder.wandb.analysis``) when a ``WandbLogger`` is among the trainer's loggers; ``scalars`` then holds
   done.json's analysis numbers.
 All of it runs on global rank zero only, in eval mode, and leaves the model's mode as it was.
 """
@@ -26,10 +26,10 @@ from torch import Tensor, nn
 
 from vitladder.analysis.outputs import TRACK, done_scalars, history_rows, write_results
 from vitladder.analysis.probes import Context, Result, run_probes, track_probes
-from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.stats import ChannelStats
-from vitladder.training.axes import EPOCH
+from vitladder.run_folder import EPOCH
+from vitladder.wandb.analysis import log_analysis
 
 __all__ = ["AttentionAnalysis"]
 
@@ -181,7 +181,7 @@ class AttentionAnalysis(L.Callback):
         self.analyse(_network(pl_module), test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                log_analysis(logger.experiment, self.results, self.files, self.rung, self.seed, n)
+                log_analysis(logger.experiment, self)
         self.seconds = time.perf_counter() - started
         rank_zero_info(
             f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {self.seconds:.1f} s"
