@@ -31,8 +31,7 @@ def log_analysis(run, analysis) -> None:
             columns = table_columns(rows)
             data = [[*ident.values(), *(rounded(row.get(key)) for key in columns)] for row in rows]
             tables[name] = payload[f"analysis/{name}"] = wandb.Table(columns=[*ident, *columns], data=data)
-    for result in analysis.results.values():
-        for name, chart in result.charts.items():
+        for name, chart in result.charts.items():  # over one of the result's own tables
             plot = wandb.plot.scatter if chart.kind == "scatter" else wandb.plot.line
             payload[f"analysis/{name}"] = plot(tables[chart.table], chart.x, chart.y, title=chart.title)
     figures = {name: path for name, path in analysis.files.items() if Path(path).suffix == ".png"}

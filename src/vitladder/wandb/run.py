@@ -145,8 +145,8 @@ def offline_runs(ladder_dir: Path) -> list[Path]:
 
 def failure(error: BaseException) -> str:
     """A W&B failure in a few words: its type and the first line of its message."""
-    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
 def _finish_failed(wandb) -> None:
