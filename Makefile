@@ -12,7 +12,7 @@ FLOORS_STAMP := $(FLOORS_VENV)/.installed
 # command lines' one-line errors): about half of the fast tests' time; the rest is the project's own maths.
 FLOORS_TESTS = tests/test_config.py tests/test_cli.py tests/test_output_errors.py tests/training/test_module.py \
 	tests/training/test_checkpoint_io.py tests/training/test_lock.py tests/training/test_recipe.py \
-	tests/training/test_metrics_csv.py tests/training/test_wandb_run.py tests/report tests/analysis/test_capture.py \
+	tests/training/test_metrics_csv.py tests/wandb tests/report tests/analysis/test_capture.py \
 	tests/analysis/test_summary.py tests/analysis/test_outputs.py tests/analysis/test_analyze_script.py \
 	tests/data/test_hostile_data.py tests/data/sources/test_imagefolder.py tests/devtools/test_floors.py \
 	tests/devtools/test_syncs.py

@@ -44,10 +44,10 @@ def main(argv: list[str] | None = None) -> Path:
     from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
     from vitladder.analysis.outputs import TRACK, history_rows, read_csv
-    from vitladder.analysis.wandb_log import log_reanalysis
     from vitladder.atomic import write_json
     from vitladder.errors import UserError
     from vitladder.run_folder import RunPaths, read_summary
+    from vitladder.wandb.analysis import log_reanalysis
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, args.overrides)
@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> Path:
     analysis.history = meta.history or history_rows(metrics_csv, TRACK)
     model = model.to(args.device)
     images, labels = images[:n].to(args.device), labels[:n].to(args.device)
-    files = analysis.analyse(model, images, labels, meta.stats, meta.classes or classes)
+    analysis.analyse(model, images, labels, meta.stats, meta.classes or classes)
     run_id = None
     if paths is not None and out.resolve() == paths.analysis.resolve():
         if paths.done.is_file():  # the run's results follow its analysis: the report reads done.json
             write_json(paths.done, {**read_summary(paths.root), **analysis.scalars})
-        run_id = log_reanalysis(cfg, paths.root, analysis.results, files, n, args.wandb_mode or str(cfg.wandb.mode))
+        run_id = log_reanalysis(cfg, paths.root, analysis, args.wandb_mode or str(cfg.wandb.mode))
     layer1 = analysis.scalars.get("layer1_distance_px")
     print(
         f"{rung}: analysed {n} test images ({', '.join(analysis.probes)}) in {time.perf_counter() - started:.1f} s"

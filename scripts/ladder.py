@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         train_alongside,
     )
     from vitladder.training.ranks import started_for_another_rank
-    from vitladder.training.wandb_run import check_wandb_mode
+    from vitladder.wandb.run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     check_wandb_mode(runs[0].cfg.wandb.mode)  # before the time estimate trains a few steps
     from vitladder.demo.export import export_demo
     from vitladder.report.ladder_report import build_report
-    from vitladder.report.wandb_run import log_report_to_wandb
+    from vitladder.report.report_run import log_report_to_wandb
 
     summaries = run_ladder(runs, train_rung, estimate_ladder, max_seconds=None if args.yes else LONG_LADDER_S)
     cfg, ladder_dir = runs[0].cfg, runs[0].run_dir.parent

@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     from vitladder.errors import UserError
     from vitladder.report.ladder_report import build_report, collect
-    from vitladder.report.wandb_run import log_report_to_wandb
-    from vitladder.training.wandb_run import check_wandb_mode
+    from vitladder.report.report_run import log_report_to_wandb
+    from vitladder.wandb.run import check_wandb_mode
 
     check_wandb_mode(args.wandb_mode, source="--wandb-mode")  # before the report is written
     ladder_folder(args.ladder_dir)

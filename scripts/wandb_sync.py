@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vitladder.errors import UserError
-    from vitladder.training.wandb_run import offline_runs
+    from vitladder.wandb.run import offline_runs
 
     ladder_folder(args.ladder_dir)
     runs = offline_runs(args.ladder_dir)

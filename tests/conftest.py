@@ -1,5 +1,5 @@
-"""Shared fixtures: the repository root, the real CIFAR-10 archive when present, offline W&B and
-reading offline W&B runs back as `wandb leet inspect --json` prints them."""
+"""Shared fixtures: the repository root, the real CIFAR-10 archive when present, configs for CPU-second runs,
+offline W&B and reading offline W&B runs back as `wandb leet inspect --json` prints them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ CIFAR10_ARCHIVE = REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg.tar.xz"
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("WANDB_INIT_TIMEOUT", "1")  # a W&B server that does not answer costs a test 1 s, not 10 s
+TINY_DATA = tiny_data(num_train=1200, num_test=200, val_size=200, batch_size=64)
 
 
 @pytest.fixture
@@ -29,6 +31,20 @@ def matmul_precision():
     torch.set_float32_matmul_precision("highest")
     yield
     torch.set_float32_matmul_precision(previous)
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    """compose_rung for a CPU-second run: smoke width, tiny synthetic data, no progress bar."""
+    from vitladder.config import compose_rung
+
+    def make(rung: str, *overrides: str):
+        return compose_rung(
+            rung,
+            ["profile=smoke", *TINY_DATA, f"output_root={tmp_path}", "trainer.enable_progress_bar=false", *overrides],
+        )
+
+    return make
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +173,7 @@ def smoke_ladder(tmp_path_factory) -> Path:
     from vitladder.config import compose_rung
     from vitladder.pipeline import train_rung
     from vitladder.report.ladder_report import build_report
-    from vitladder.report.wandb_run import log_report_to_wandb
+    from vitladder.report.report_run import log_report_to_wandb
 
     root = tmp_path_factory.mktemp("wandb-ladder")
     cfg = compose_rung(

@@ -5,12 +5,9 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import warnings
 
 import pytest
 from tiny_data import tiny_data
-
-from vitladder.training.wandb_run import resolve_mode
 
 TINY = [
     "profile=smoke",
@@ -207,16 +204,6 @@ def test_nan_loss_names_the_epoch(train, tmp_path):
     assert not (tmp_path / "smoke" / "patch8" / "done.json").exists()
 
 
-def test_wandb_online_without_a_network_falls_back_to_offline(monkeypatch):
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert resolve_mode("online") == "offline"
-    assert any("unreachable" in str(w.message) and "wandb sync" in str(w.message) for w in caught)
-    assert resolve_mode("disabled") == "disabled"
-
-
 def test_training_goes_on_offline_when_online_is_asked_without_a_network(train, tmp_path):
     result = train(
         "+step=patch8",
@@ -226,7 +213,7 @@ def test_training_goes_on_offline_when_online_is_asked_without_a_network(train, 
         env={"WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "unreachable" in result.stderr
+    assert "logging offline instead" in result.stderr
     run_dir = tmp_path / "smoke" / "patch8"
     assert (run_dir / "done.json").is_file() and list((run_dir / "wandb").glob("offline-run-*"))
     # Lightning's lines once: Hydra's logging config no longer repeats them through the root logger.

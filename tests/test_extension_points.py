@@ -29,7 +29,8 @@ from omegaconf import OmegaConf
 from vitladder.analysis.outputs import read_csv
 from vitladder.config import rung_names
 from vitladder.report.ladder_report import collect
-from vitladder.report.wandb_workspace import build_wandb_report
+from vitladder.report.report_run import charts, rung_lines
+from vitladder.wandb.report import build_wandb_report
 
 # 30 training images of 16 px, 10 held out for validation, 10 test images: two batches of 10 an epoch.
 TINY = [
@@ -130,7 +131,8 @@ def test_a_new_rung_metric_probe_and_source_run_through_train_py_and_make_ladder
         key.removeprefix("_wandb.visualize.") for key in report_run.config
     }
     add_confidence_probe_here(tmp_path / "probes", monkeypatch)  # the saved Report is built here, not in the copy
-    report = build_wandb_report("vit-ladder", "an-entity", "smoke", collect(ladder))
+    results = collect(ladder)
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", charts(results), rung_lines(results))
     plots = [panel for block in report.blocks if isinstance(block, wr.PanelGrid) for panel in block.panels]
     (during,) = [panel for panel in plots if isinstance(panel, wr.LinePlot) and panel.y == ["track/confidence"]]
     assert during.x == "epoch" and during.title == "mean confidence during training (0 = initialisation)"

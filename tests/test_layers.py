@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vitladder"
 # analysis); a new package is in it until it is named here.
 LAYERS = (
     ("vitladder",),
+    ("vitladder.wandb",),
     ("vitladder.data",),
     ("vitladder.model",),
     ("vitladder.training",),

@@ -113,7 +113,7 @@ def test_hydra_composes_each_rung_from_the_chain_the_ladder_reads():
 
 def test_the_wandb_config_keeps_rung_index_and_leaves_rung_info_out():
     """W&B's config is the resolved config as before rung_info existed, plus the rung's ladder position."""
-    from vitladder.training.wandb_run import wandb_config
+    from vitladder.wandb.run import wandb_config
 
     cfg = compose_rung("warmup")
     resolved = OmegaConf.to_container(cfg, resolve=True)

@@ -2,7 +2,8 @@
 code. Each filter names one message of one library, so anything else still shows: Lightning's tips to install its
 cloud products (every Trainer prints them), torch's deprecation of ``LeafSpec``, which Lightning's own
 ``utilities/_pytree.py`` still builds at every fit and test (Lightning 2.6 with torch 2.10 and later), and
-"Checkpoint directory ... exists and is not empty" (every resume finds its last.ckpt there, by design)."""
+"Checkpoint directory ... exists and is not empty" (every resume finds its last.ckpt there, by design). W&B's note
+that the ``anonymous`` setting has no effect never comes: the project starts its W&B runs itself (wandb/run.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     <output_root>/<ladder>/<rung>-seed<k>/    any other seed
         config.yaml, overrides.yaml           the resolved config and the command line's overrides
         provenance.json                       what made it: versions, and every key's default then
-        metrics.csv                           per-epoch metrics and per-step lr
+        metrics.csv                           per-epoch metrics (EPOCH) and per-step lr (LR)
         checkpoints/last.ckpt                 Lightning's resumable state
         checkpoints/model.safetensors         the final model, loadable without Lightning (MODEL_FORMAT; a run
                                               of an older version wrote checkpoints/model.pt, still read)
@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 MODEL_FORMAT = "vitladder-model/1"  # the final model's "format" entry; bump it when its keys change
+# The axes of metrics.csv and of the W&B runs. ``epoch`` is epochs trained everywhere: 0 is the model at initialisation.
+EPOCH = "epoch"  # the x-axis of train/*, val/*, test/*, track/*
+LR = "lr"  # the learning rate, per optimizer step
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
 
@@ -56,6 +60,16 @@ class RunPaths:
         self.model = self.checkpoints / "model.safetensors"
         self.model_pt = self.checkpoints / "model.pt"  # the final model of the versions before model.safetensors
         self.layers_csv = self.analysis / "layers.csv"  # the attention probe's table: the report's by-layer figures
+
+
+def rounded(value: object) -> object:
+    """A float to 6 decimals (what every CSV, done.json and W&B table holds); anything else as it is."""
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def table_columns(rows: Sequence[Mapping]) -> list[str]:
+    """Every key of the rows, in the order they first appear (a row may lack a column: an empty cell)."""
+    return list(dict.fromkeys(key for row in rows for key in row))
 
 
 def is_finished(run_dir: str | Path) -> bool:

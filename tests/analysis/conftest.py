@@ -58,7 +58,7 @@ def fit(
     """What train_rung does, with our callback and an offline W&B logger when ``wandb_dir`` is given."""
     from vitladder.training.axes import axis_callbacks
     from vitladder.training.run import build_module
-    from vitladder.training.wandb_run import WandbAxes
+    from vitladder.wandb.run import define_metrics, start_run
 
     run_dir = Path(cfg.run_dir)
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
@@ -67,7 +67,9 @@ def fit(
     callback.data = datamodule  # as train_rung gives it
     loggers = [CSVLogger(save_dir=str(run_dir), name="", version="")]
     if wandb_dir is not None:
-        loggers.append(WandbLogger(project="vitladder-tests", save_dir=str(wandb_dir), mode="offline"))
+        run = start_run("offline", project="vitladder-tests", dir=str(wandb_dir))
+        define_metrics(run)
+        loggers.append(WandbLogger(experiment=run, save_dir=str(wandb_dir)))
     trainer = L.Trainer(
         max_epochs=max_epochs or scaled_epochs(cfg)[0],
         accelerator="cpu",
@@ -79,7 +81,6 @@ def fit(
                 dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0, save_on_train_epoch_end=True
             ),
             *axis_callbacks(),
-            WandbAxes(),
         ],
         enable_progress_bar=False,
         enable_model_summary=False,

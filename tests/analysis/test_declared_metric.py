@@ -19,14 +19,13 @@ from vitladder.analysis.metrics import HeadMetric
 from vitladder.analysis.outputs import read_csv, write_csv
 from vitladder.analysis.probes.attention import layer_rows
 from vitladder.analysis.summary import analyse
-from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.augment import normalize
 from vitladder.data.datamodule import Split
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.model import ViTConfig, build_vit
 from vitladder.report.ladder_report import build_report, collect
-from vitladder.report.wandb_run import charts, report_tables
-from vitladder.report.wandb_workspace import rung_lines
+from vitladder.report.report_run import charts, report_tables, rung_lines
+from vitladder.wandb.analysis import log_analysis
 
 PATCH = 8  # a 4x4 grid: T = 17 tokens
 
@@ -119,7 +118,7 @@ def test_a_declared_metric_reaches_tracking_csvs_figures_and_wandb(tmp_path: Pat
     assert done["uniform_self_share"] == pytest.approx(1 / 17, abs=1e-6)
 
     run = FakeRun()
-    log_analysis(run, callback.results, callback.files, "patch8", seed=0, num_images=5)
+    log_analysis(run, callback)
     assert run.summary["analysis/layer1_self_share"] == pytest.approx(expected[1].mean().item(), abs=1e-6)
     assert run.summary["analysis/uniform_self_share"] == pytest.approx(1 / 17, abs=1e-6)
     for table in ("analysis/heads", "analysis/layers"):

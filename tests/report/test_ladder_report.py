@@ -17,10 +17,10 @@ from vitladder.analysis.probes import columns
 from vitladder.config import compose_rung, get_rung, rung_names
 from vitladder.report import ladder_report
 from vitladder.report.ladder_report import build_report, collect, figures, mean_ci, t_quantile_975
+from vitladder.report.report_run import charts, log_report_to_wandb, report_tables, rung_lines
 from vitladder.report.setting import SETTING_COLUMNS
-from vitladder.report.wandb_run import charts, log_report_to_wandb, report_tables
-from vitladder.report.wandb_workspace import build_wandb_report, rung_lines
 from vitladder.run_folder import read_summary
+from vitladder.wandb.report import build_wandb_report
 
 REPO = Path(__file__).resolve().parents[2]
 ATTENTION_COLUMNS = [  # the attention probe's, first in the default list of probes
@@ -497,7 +497,7 @@ def test_a_probes_declarations_reach_the_report_its_wandb_run_and_the_saved_repo
     during = ("epoch", "track/confidence", "mean confidence during training (0 = initialisation)")
     assert during in rung_lines(results)
 
-    report = build_wandb_report("vit-ladder", "an-entity", "smoke", results)
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", charts(results), rung_lines(results))
     panels = [panel for block in report.blocks if isinstance(block, wr.PanelGrid) for panel in block.panels]
     assert ["track/confidence"] in [panel.y for panel in panels if isinstance(panel, wr.LinePlot)]
     custom = {panel.query["summaryTable"]["tableKey"] for panel in panels if isinstance(panel, wr.CustomChart)}

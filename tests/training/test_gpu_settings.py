@@ -163,7 +163,7 @@ def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_
     tmp_path, monkeypatch, matmul_precision, wandb_run_reader
 ):
     from vitladder.report.ladder_report import build_report
-    from vitladder.report.wandb_run import log_report_to_wandb
+    from vitladder.report.report_run import log_report_to_wandb
     from vitladder.training.ladder import PlannedRun, plan_ladder, run_ladder
     from vitladder.training.module import RecipeModule
 

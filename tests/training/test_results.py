@@ -34,7 +34,15 @@ from vitladder.training import results as results_module
 from vitladder.training.results import epochs_trained, final_val_acc, rung_summary, write_results
 
 MODEL = {"embed_dim": 48, "depth": 7, "num_heads": 6, "mlp_ratio": 4.0}
-CFG = OmegaConf.create({"rung": "warmup", "ladder": "smoke", "seed": 3, "model": {**MODEL, "patch_size": 4}})
+CFG = OmegaConf.create(
+    {
+        "rung": "warmup",
+        "ladder": "smoke",
+        "seed": 3,
+        "model": {**MODEL, "patch_size": 4},
+        "data": {"source": "synthetic"},
+    }
+)
 
 
 def fake_trainer(epochs: int = 4, steps: int = 120, val_acc: float | None = None) -> SimpleNamespace:
@@ -144,10 +152,13 @@ def events(monkeypatch, tmp_path) -> list[str]:
         events.append(Path(dst).relative_to(tmp_path).as_posix())
 
     monkeypatch.setattr(os, "replace", recording)
+    monkeypatch.setattr(results_module, "describe", lambda data_cfg: {**data_cfg})  # no data loaded here
     monkeypatch.setattr(
         results_module,
         "log_rung_artifacts",
-        lambda experiment, cfg, model, analysis, summary: events.append(f"artifacts {model.name} {summary['rung']}"),
+        lambda experiment, cfg, dataset, model, analysis, summary: events.append(
+            f"artifacts {dataset['source']} {model.name} {summary['rung']}"
+        ),
     )
     return events
 
@@ -168,7 +179,7 @@ def test_the_model_then_wandb_then_done_json_last(tmp_path, events):
     assert events == [
         "checkpoints/model.safetensors",
         "wandb summary [('test/acc', 0.25), ('val/acc', 0.5)]",
-        "artifacts model.safetensors warmup",
+        "artifacts synthetic model.safetensors warmup",
         "wandb finish",
         "done.json",
     ]

@@ -25,10 +25,10 @@ from torch import Tensor, nn
 
 from vitladder.analysis.outputs import TRACK, done_scalars, history_rows, write_results
 from vitladder.analysis.probes import Context, Result, run_probes, track_probes
-from vitladder.analysis.wandb_log import log_analysis
 from vitladder.data.datamodule import ImageDataModule, Split
 from vitladder.data.stats import ChannelStats
-from vitladder.training.axes import EPOCH
+from vitladder.run_folder import EPOCH
+from vitladder.wandb.analysis import log_analysis
 
 
 @dataclass(eq=False)  # a callback is itself, whatever its settings
@@ -157,7 +157,7 @@ class AttentionAnalysis(L.Callback):
         self.analyse(pl_module.model, test.images[:n], test.labels[:n], self.data.stats, self.data.classes)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                log_analysis(logger.experiment, self.results, self.files, self.rung, self.seed, n)
+                log_analysis(logger.experiment, self)
         seconds = time.perf_counter() - started
         rank_zero_info(
             f"analysis of {n} test images ({', '.join(self.probes)}) written to {self.out_dir} in {seconds:.1f} s"

@@ -13,6 +13,7 @@ from pathlib import Path
 from vitladder.analysis.figures import save_figure
 from vitladder.analysis.probes import Result
 from vitladder.atomic import write_text
+from vitladder.run_folder import rounded, table_columns
 
 # Column names of analysis folders written before the names were unified, read under today's names.
 LEGACY_COLUMNS = {
@@ -22,11 +23,6 @@ LEGACY_COLUMNS = {
     "entropy": "entropy_nats",
 }
 TRACK = "track/"  # the logged name of a tracked value: track/<name>, against epoch
-
-
-def rounded(value: object) -> object:
-    """A float to 6 decimals (what every CSV, table and done.json holds); anything else as it is."""
-    return round(value, 6) if isinstance(value, float) else value
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
@@ -46,11 +42,6 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
 def read_analysis_csv(path: str | Path) -> list[dict[str, str]]:
     """Rows of an analysis CSV, older column names read under today's."""
     return [{LEGACY_COLUMNS.get(k, k): v for k, v in row.items()} for row in read_csv(path)]
-
-
-def table_columns(rows: Sequence[Mapping]) -> list[str]:
-    """Every key of the rows, in the order they first appear (a row may lack a column: an empty cell)."""
-    return list(dict.fromkeys(key for row in rows for key in row))
 
 
 def write_results(results: Mapping[str, Result], out_dir: str | Path) -> dict[str, Path]:

@@ -6,7 +6,7 @@ training from ``metrics.csv``) and writes into ``ladder_dir``: ``report.md``, ``
 ``<short>_by_layer.png`` for each per-layer value the probes draw (``distance_by_layer.png``,
 ``entropy_by_layer.png``), ``tracking_by_epoch.png`` (each tracked column against epoch, one line per rung)
 and ``explainer.png``: what the configured probes declare (``columns()``, ``by_layer()``). With several seeds
-per rung the numbers are means with a 95% Student-t interval. ``report.wandb_run.log_report_to_wandb`` puts
+per rung the numbers are means with a 95% Student-t interval. ``report.report_run.log_report_to_wandb`` puts
 the same tables and charts in the ladder's one W&B report run.
 """
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor
 
-__all__ = ["EPOCH", "LR", "EpochsTrained", "LearningRate", "axis_callbacks"]
+from vitladder.run_folder import EPOCH, LR
 
-EPOCH = "epoch"  # epochs trained: the x-axis of train/*, val/*, test/*, track/*
-LR = "lr"  # the learning rate, per optimizer step
+__all__ = ["EpochsTrained", "LearningRate", "axis_callbacks"]
 
 
 class EpochsTrained(L.Callback):
@@ -35,7 +34,7 @@ class EpochsTrained(L.Callback):
 class LearningRate(LearningRateMonitor):
     """Lightning's monitor under one name, ``lr``: the optimizer's parameter groups (with and without
     weight decay) share one schedule, and one quantity gets one key, not ``lr-AdamW/pg1`` and ``/pg2``. The monitor
-    has no public hook for its keys: ``_extract_stats`` is private, and tests/training/test_wandb_run.py pins it."""
+    has no public hook for its keys: ``_extract_stats`` is private, and tests/wandb/test_run.py pins it."""
 
     def _extract_stats(self, trainer: L.Trainer, interval: str) -> dict[str, float]:
         stats = super()._extract_stats(trainer, interval)

@@ -69,7 +69,7 @@ class RecipeModule(L.LightningModule):
     ) -> None:
         super().__init__()
         # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
-        # W&B's config is the resolved Hydra config, logged once (wandb_run.make_logger).
+        # W&B's config is the resolved Hydra config, logged once (vitladder.wandb.run.make_logger).
         self.save_hyperparameters(
             {
                 "model": model,

@@ -10,11 +10,12 @@ import lightning as L
 from omegaconf import DictConfig
 
 from vitladder.atomic import save_safetensors, write_json
+from vitladder.data.sources import describe
 from vitladder.run_folder import MODEL_FORMAT, RunPaths
 from vitladder.training.module import RecipeModule
 from vitladder.training.resume import last_logged
-from vitladder.training.wandb_artifacts import log_rung_artifacts
-from vitladder.training.wandb_run import wandb_failure_warns
+from vitladder.wandb.artifacts import log_rung_artifacts
+from vitladder.wandb.run import wandb_failure_warns
 
 
 def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
@@ -94,6 +95,6 @@ def write_results(
             run = wandb_logger.experiment
             accuracies = {"val/acc": summary["val_acc"], "test/acc": summary["test_acc"]}
             run.summary.update({k: v for k, v in accuracies.items() if v is not None})
-            log_rung_artifacts(run, cfg, paths.model, paths.analysis, summary)
+            log_rung_artifacts(run, cfg, describe(cfg.data), paths.model, paths.analysis, summary)
             run.finish()
     write_json(paths.done, summary)

@@ -29,7 +29,7 @@ from vitladder.training.ranks import started_for_another_rank
 from vitladder.training.recipe import changed_recipe_message, compare_folder, dropped_message, move_aside
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.training.resume import checkpoint_epoch, prune_metrics
-from vitladder.training.wandb_run import WandbAxes, check_wandb_mode, finished_if_failed, make_logger
+from vitladder.wandb.run import check_wandb_mode, finished_if_failed, make_logger
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,6 @@ def _fit_and_test(
     which holds the folder's lock, logs to W&B and writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
     csv_logger = MetricsLogger(paths.root)
     # Saved at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the divergence check,
     # atomically (AtomicCheckpointIO).
@@ -262,8 +261,9 @@ def _fit_and_test(
         every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
     )
     analysis = make_analysis(cfg, paths, datamodule)
-    callbacks = [checkpoint, analysis, *axis_callbacks(), WandbAxes()]
+    callbacks = [checkpoint, analysis, *axis_callbacks()]
     with finished_if_failed():
+        wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
         loggers = [logger for logger in (wandb_logger, csv_logger) if logger is not None]
         trainer = build_trainer(cfg, paths, loggers, callbacks)
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)

@@ -1,10 +1,10 @@
-"""A rung's W&B run read back from its offline records: axes, names, summary, artifacts, resumes, re-analysis."""
+"""A rung's W&B run read back from its offline records: axes, summary, resumes, what `make wandb-sync` uploads; the
+modes (auto: online only with credentials) and the logger over the run."""
 
 from __future__ import annotations
 
 import csv
 import re
-import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,14 +12,11 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 from entry_points import load_script
-from extensions import add_stripes_source
 
 from vitladder.analysis.metrics import declared
-from vitladder.data.sources import describe
 from vitladder.pipeline import train_rung
 from vitladder.training import run as run_module
-from vitladder.training.wandb_artifacts import dataset_artifact, declare_inputs, log_rung_artifacts
-from vitladder.training.wandb_run import logged_in, offline_runs, report_run_id
+from vitladder.wandb.run import make_logger, offline_runs, report_run_id, resolve_mode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,8 +35,8 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     run = rung_run(smoke_ladder, wandb_run_reader)
     metrics = run.metrics
     assert "epoch" in metrics and "trainer/global_step" in metrics
-    for pattern in ("*", "train/*", "val/*", "test/*", "track/*"):
-        assert metrics[pattern]["step_metric"] == "epoch", pattern  # Lightning's `*` -> global step is replaced
+    globs = {pattern: metric["step_metric"] for pattern, metric in metrics.items() if "*" in pattern}
+    assert globs == {"*": "epoch"}, "no glob against Lightning's global step (W&B picks among globs in no order)"
     assert metrics["lr"]["step_metric"] == "trainer/global_step"
 
     history = run.history
@@ -67,89 +64,6 @@ def test_epoch_level_metrics_against_epochs_trained_and_lr_per_step(smoke_ladder
     rows = list(csv.DictReader((smoke_ladder / "patch4" / "metrics.csv").open()))
     assert sorted({float(r["epoch"]) for r in rows if r["val/acc"]}) == [1.0, 2.0]
     assert [int(r["step"]) for r in rows if r["lr"]] == list(range(steps)) and "lr-AdamW/pg1" not in rows[0]
-
-
-def test_model_and_analysis_artifacts_with_rung_aliases(smoke_ladder, wandb_run_reader) -> None:
-    artifacts = {a["name"]: a for a in rung_run(smoke_ladder, wandb_run_reader).artifacts}
-    model, analysis = artifacts["model-smoke-patch4-seed0"], artifacts["analysis-smoke-patch4-seed0"]
-    assert model["type"] == "model" and set(model["aliases"]) == {"latest", "patch4"}
-    assert [e["path"] for e in model["manifest"]["contents"]] == ["model.safetensors"]
-    assert analysis["type"] == "analysis" and set(analysis["aliases"]) == {"latest", "patch4"}
-    assert {"heads.csv", "layers.csv", "tracking.csv", "locality.png"} <= {
-        e["path"] for e in analysis["manifest"]["contents"]
-    }
-    assert not [a for a in artifacts.values() if a["type"] == "dataset"], "an offline run cannot declare inputs"
-
-
-def test_the_dataset_is_what_its_source_loaded_whatever_the_source(tmp_path: Path, monkeypatch) -> None:
-    """A source added as one file gets the same record as the shipped ones: its name, its own keys' values
-    and the digest of its arrays; the digest, and so W&B's version, follows the images, not the batch size."""
-    import json
-
-    from omegaconf import OmegaConf
-
-    from vitladder.data import sources
-
-    monkeypatch.setattr(sources, "_loaded", {})
-    add_stripes_source(tmp_path, monkeypatch)
-    stripes = OmegaConf.create({"source": "stripes", "num_images": 40, "scratch_dir": "x", "batch_size": 5})
-    record = describe(stripes)
-    art = dataset_artifact(record)
-    assert (art.name, art.type) == ("dataset-stripes", "dataset") and art.metadata == record
-    assert record == {
-        "source": "stripes",
-        "config": {"num_images": 40, "scratch_dir": "x"},
-        "sha256": sources.load(stripes).digest,
-        "train_images": 30,
-        "test_images": 10,
-        "image_size": 16,
-        "classes": ["even", "odd"],
-    }
-    (entry,) = art.manifest.entries.values()
-    assert entry.path == "dataset.json" and not entry.ref  # a small file of its own, no reference to a path
-    identity = {key: value for key, value in record.items() if key != "config"}
-    assert json.loads(Path(entry.local_path).read_text()) == identity
-
-    rebatched = dataset_artifact(describe(OmegaConf.merge(stripes, {"batch_size": 8})))
-    more = describe(OmegaConf.merge(stripes, {"num_images": 50}))
-    assert rebatched.digest == art.digest and more["sha256"] != record["sha256"]
-    assert dataset_artifact(more).digest != art.digest
-    synthetic = describe(OmegaConf.create({"source": "synthetic", "num_train": 60, "num_test": 20}))
-    assert synthetic["config"] == {"num_train": 60, "num_test": 20} and synthetic["classes"][0] == "grating_0deg_2cyc"
-    assert dataset_artifact(synthetic).name == "dataset-synthetic"
-
-
-def test_inputs_are_declared_where_wandb_can(tmp_path: Path) -> None:
-    from omegaconf import OmegaConf
-
-    class FakeConfig(dict):
-        def update(self, values, allow_val_change=False):
-            super().update(values)
-
-    class FakeRun:  # records what an online run is asked to do
-        def __init__(self, offline: bool):
-            self.offline, self.used, self.logged, self.config = offline, [], [], FakeConfig()
-
-        def use_artifact(self, artifact):
-            self.used.append(artifact)
-
-        def log_artifact(self, artifact, aliases):
-            self.logged.append((artifact.name, artifact.type, aliases))
-
-    (tmp_path / "model.safetensors").write_bytes(b"weights")
-    cfg = OmegaConf.create(
-        {"ladder": "full", "rung": "warmup", "seed": 2, "data": {"source": "synthetic", "num_train": 10, "num_test": 5}}
-    )
-    online = FakeRun(offline=False)
-    log_rung_artifacts(online, cfg, tmp_path / "model.safetensors", tmp_path / "no-analysis", {"test_acc": 0.5})
-    assert [(a.name, a.type) for a in online.used] == [("dataset-synthetic", "dataset")]
-    assert online.logged == [("model-full-warmup-seed2", "model", ["latest", "warmup"])]
-    assert online.config["inputs"] == [
-        {"name": "dataset-synthetic", "type": "dataset", "digest": online.used[0].digest}
-    ]
-    offline = FakeRun(offline=True)
-    assert declare_inputs(offline, online.used) is False and offline.used == []
-    assert offline.config["inputs"] == online.config["inputs"], "offline, the config is the record"
 
 
 class CrashInEpoch3(L.Callback):
@@ -246,33 +160,25 @@ def test_wandb_sync_without_runs_says_so_in_one_line(tmp_path, capsys, make_ladd
     assert exit_info.value.code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
-def test_analyze_updates_the_rungs_wandb_run(smoke_ladder, tmp_path: Path, wandb_run_reader, capsys) -> None:
-    run_dir = tmp_path / "patch4"
-    shutil.copytree(smoke_ladder / "patch4", run_dir)
-    run_id = (run_dir / "wandb_run_id.txt").read_text().strip()
-    load_script("analyze").main([str(run_dir), "--images", "10", "--batch-size", "5", "--device", "cpu"])
-    assert f"W&B run {run_id}" in capsys.readouterr().out
+def test_auto_is_online_only_with_credentials_for_the_wandb_host(tmp_path: Path, fresh_wandb) -> None:
+    """W&B's own login state (the netrc file `wandb login` writes, or WANDB_API_KEY), never a prompt."""
+    import wandb
 
-    folders = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
-    assert len(folders) == 2, "the re-analysis continues the rung's run"
-    update = wandb_run_reader(folders[-1])
-    assert update.summary["analysis/images"] == 10
-    (artifact,) = update.artifacts
-    assert artifact["name"] == "analysis-smoke-patch4-seed0" and artifact["type"] == "analysis"
-    layers = update.table("analysis/layers")
-    with (run_dir / "analysis" / "layers.csv").open() as file:
-        assert [float(r["distance_px"]) for r in csv.DictReader(file)] == [row[4] for row in layers["data"]]
-
-
-def test_login_state_from_the_netrc_file(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
-    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    assert not logged_in()
-    (tmp_path / "netrc").write_text("machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
-    assert logged_in()
-    (tmp_path / "netrc").write_text("machine other.example.org login user password secret\n")
-    assert not logged_in()
+    fresh_wandb.delenv("WANDB_API_KEY", raising=False)
+    fresh_wandb.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    fresh_wandb.setenv("NETRC", str(tmp_path / "netrc"))
+    netrcs = {
+        "": "offline",
+        "machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n": "online",
+        "machine other.example.org login user password " + "k" * 40 + "\n": "offline",
+    }
+    for netrc, mode in netrcs.items():
+        (tmp_path / "netrc").write_text(netrc)
+        wandb.teardown()  # a new process: W&B keeps the credentials it found
+        assert resolve_mode("auto") == mode, netrc
+    fresh_wandb.setenv("WANDB_API_KEY", "k" * 40)
+    assert resolve_mode("auto") == "online"
+    assert resolve_mode("disabled") == "disabled" and resolve_mode("online") == "online"
 
 
 def test_the_report_run_id_depends_on_project_and_ladder_only() -> None:
@@ -305,15 +211,18 @@ def test_no_private_wandb_module_is_imported() -> None:
     assert not private
 
 
-def test_the_rung_logger_does_not_pass_wandbs_deprecated_anonymous_setting(tiny_cfg, tmp_path) -> None:
-    """Lightning's WandbLogger passes anonymous=None, which wandb warns about; make_logger drops it from the
-    private dict the logger hands to wandb.init. Pinned both ways, so a Lightning that stops passing it (or
-    renames the dict) shows here."""
-    from lightning.pytorch.loggers import WandbLogger
+def test_the_rung_logger_logs_into_the_run_the_project_started(tiny_cfg, tmp_path, monkeypatch) -> None:
+    """make_logger starts the run (its mode, its fallback, its id in wandb_run_id.txt) and hands it to Lightning's
+    WandbLogger, which then calls no wandb.init of its own (whose deprecated `anonymous` argument wandb warns
+    about)."""
+    import wandb
 
-    from vitladder.training.wandb_run import make_logger
-
-    assert WandbLogger(project="p", mode="offline")._wandb_init["anonymous"] is None
     logger = make_logger(tiny_cfg("patch8", "wandb.mode=offline"), tmp_path)
-    assert "anonymous" not in logger._wandb_init
-    assert logger._wandb_init["id"] == (tmp_path / "wandb_run_id.txt").read_text().strip()
+    try:
+        assert logger.experiment is wandb.run and logger.save_dir == str(tmp_path)
+        assert logger.experiment.id == (tmp_path / "wandb_run_id.txt").read_text().strip()
+    finally:
+        logger.experiment.finish()
+    monkeypatch.delenv("WANDB_MODE")  # the tests' offline: it would win over the config
+    assert make_logger(tiny_cfg("patch8", "wandb.mode=disabled"), tmp_path / "off") is None
+    assert not (tmp_path / "off").exists(), "W&B disabled: no run, no id"

@@ -10,7 +10,9 @@ import pytest
 from entry_points import load_script
 
 from vitladder.report.ladder_report import collect
-from vitladder.training.wandb_run import report_run_id
+from vitladder.report.report_run import charts, rung_lines
+from vitladder.wandb.report import URL_FILE, build_wandb_report
+from vitladder.wandb.run import report_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,23 +40,6 @@ def test_the_report_run_lists_every_rungs_model_and_analysis_as_logged(smoke_lad
         assert inputs == logged and {kind for _, kind, _ in inputs} == {"model", "analysis"}, folder
     (dataset,) = rung.config["inputs"]  # the rung run's own input: its data set, by the digest of its arrays
     assert dataset["type"] == "dataset" and dataset["name"] == "dataset-synthetic"
-
-
-def test_the_report_uses_model_safetensors_else_an_older_versions_model_pt(tmp_path: Path) -> None:
-    from vitladder.report.ladder_report import RungResult, RunRecord
-    from vitladder.report.wandb_run import rung_artifacts
-    from vitladder.run_folder import RunPaths
-
-    old, new = RunPaths(tmp_path / "patch8"), RunPaths(tmp_path / "patch4")
-    for paths, model in ((old, old.model_pt), (new, new.model)):
-        paths.checkpoints.mkdir(parents=True)
-        model.write_bytes(b"weights")
-    results = [RungResult(p.root.name, [RunRecord(p.root.name, 0, p.root, {})]) for p in (old, new)]
-    artifacts = rung_artifacts(results, "smoke")
-    assert [(a.name, list(a.manifest.entries)) for a in artifacts] == [
-        ("model-smoke-patch8-seed0", ["model.pt"]),
-        ("model-smoke-patch4-seed0", ["model.safetensors"]),
-    ]
 
 
 RUN_FIELDS = {"group": "run_group", "jobType": "job_type"}  # a run-set filter's run field -> the run record's
@@ -96,10 +81,8 @@ def panel_reads(report) -> list[tuple[object, str, str]]:
 def test_every_panel_of_the_wandb_report_reads_a_key_the_runs_log(smoke_ladder, wandb_run_reader) -> None:
     from wandb_workspaces.expr import expr_to_filters
 
-    from vitladder.report.wandb_workspace import build_wandb_report, rung_lines
-
     results = collect(smoke_ladder)
-    report = build_wandb_report("vit-ladder", "an-entity", "smoke", results)
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", charts(results), rung_lines(results))
     rung = wandb_run_reader(next((smoke_ladder / "patch4" / "wandb").glob("offline-run-*")))
     report_run = wandb_run_reader(sorted((smoke_ladder / "wandb").glob("offline-run-*"))[-1])
     reads = panel_reads(report)
@@ -128,9 +111,8 @@ def test_the_wandb_report_draws_the_position_embeddings_forming_per_rung(smoke_l
     panels; the rung run logged it from initialisation on."""
     import wandb_workspaces.reports.v2 as wr
 
-    from vitladder.report.wandb_workspace import build_wandb_report
-
-    report = build_wandb_report("vit-ladder", "an-entity", "smoke", collect(smoke_ladder))
+    results = collect(smoke_ladder)
+    report = build_wandb_report("vit-ladder", "an-entity", "smoke", charts(results), rung_lines(results))
     (training,) = [b for b in report.blocks if isinstance(b, wr.PanelGrid) and "rung runs" in b.runsets[0].name]
     plots = [panel for panel in training.panels if isinstance(panel, wr.LinePlot)]
     tracked = [panel.y[0] for panel in plots if panel.y[0].startswith("track/")]
@@ -144,12 +126,12 @@ def test_the_wandb_report_draws_the_position_embeddings_forming_per_rung(smoke_l
 
 
 @pytest.mark.parametrize("api_key", [None, "k" * 40], ids=["not-logged-in", "server-unreachable"])
-def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monkeypatch, capsys, api_key) -> None:
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, fresh_wandb, capsys, api_key) -> None:
+    fresh_wandb.delenv("WANDB_API_KEY", raising=False)
     if api_key:  # logged in, but nothing answers at the W&B address (a closed local port)
-        monkeypatch.setenv("WANDB_API_KEY", api_key)
-        monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+        fresh_wandb.setenv("WANDB_API_KEY", api_key)
+        fresh_wandb.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    fresh_wandb.setenv("NETRC", str(tmp_path / "no-netrc"))
     module = load_script("wandb_report")
     with pytest.raises(SystemExit) as exit_info:
         module.main([str(smoke_ladder)])
@@ -157,7 +139,7 @@ def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, monke
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err
     assert ("http://127.0.0.1:9" in err) if api_key else ("not logged in" in err)  # says why
-    assert not (smoke_ladder / module.URL_FILE).exists()
+    assert not (smoke_ladder / URL_FILE).exists()
 
 
 def logged_keys(run) -> set[str]:

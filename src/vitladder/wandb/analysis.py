@@ -1,0 +1,59 @@
+"""A run's final analysis in W&B: every probe's scalars in the run summary, its tables, charts and figures.
+
+Nothing here goes into the history as a scalar: a value logged once would make one line panel per key with a
+single dot. The tables carry rung, rung_index and seed, so the tables of several runs can be concatenated and
+compared in one W&B panel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from vitladder.config import rung_index
+from vitladder.run_folder import rounded, table_columns
+from vitladder.wandb.artifacts import analysis_artifact, rung_aliases
+from vitladder.wandb.run import rung_run
+
+
+def log_analysis(run, analysis) -> None:
+    """``analysis`` (the analysis callback, once it has analysed: its ``results`` per probe, the ``files`` written,
+    done.json's ``scalars``, ``rung`` and ``seed``) into ``run``: each table as ``analysis/<name>``, each chart over
+    it, each PNG as ``analysis/figures/<name>``; the scalars (``analysis/<name>``) and the images counted into the
+    summary."""
+    import wandb
+
+    ident = {"rung": analysis.rung, "rung_index": rung_index(analysis.rung), "seed": int(analysis.seed)}
+    tables, payload = {}, {}
+    for result in analysis.results.values():
+        for name, rows in result.tables.items():
+            columns = table_columns(rows)
+            data = [[*ident.values(), *(rounded(row.get(key)) for key in columns)] for row in rows]
+            tables[name] = payload[f"analysis/{name}"] = wandb.Table(columns=[*ident, *columns], data=data)
+        for name, chart in result.charts.items():  # over one of the result's own tables
+            plot = wandb.plot.scatter if chart.kind == "scatter" else wandb.plot.line
+            payload[f"analysis/{name}"] = plot(tables[chart.table], chart.x, chart.y, title=chart.title)
+    figures = {name: path for name, path in analysis.files.items() if Path(path).suffix == ".png"}
+    payload |= {f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in figures.items()}
+    run.log(payload)
+    scalars = dict(analysis.scalars)
+    images = scalars.pop("analysis_images")
+    scalars = {f"analysis/{name}": value for name, value in scalars.items() if value is not None}
+    run.summary.update({**scalars, "analysis/images": images})
+
+
+def log_reanalysis(cfg: DictConfig, run_dir: Path, analysis, mode: str) -> str | None:
+    """A re-analysis of a rung folder reaches its W&B run: the run is continued by its stored id and gets
+    the new summary, tables and charts, and a new version of its analysis artifact. Returns the run id,
+    or None when the rung has no W&B run or W&B is disabled."""
+    run = rung_run(cfg, run_dir, mode, resume_only=True)
+    if run is None:
+        return None
+    try:
+        log_analysis(run, analysis)
+        ladder, rung, seed = str(cfg.ladder), str(cfg.rung), int(cfg.seed)
+        run.log_artifact(analysis_artifact(analysis.out_dir, ladder, rung, seed), aliases=rung_aliases(rung))
+        return run.id
+    finally:
+        run.finish()

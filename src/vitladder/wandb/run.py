@@ -1,0 +1,189 @@
+"""W&B runs: online when W&B finds credentials, offline otherwise, never a prompt.
+
+One W&B run per rung folder (its id in ``wandb_run_id.txt``, so a resumed rung, or a re-analysis, continues it).
+Offline runs stay in ``<run>/wandb/offline-run-*``: a resumed run adds a folder with the same id, and ``wandb sync``
+uploads the parts of one run in order (``offline_runs``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from lightning.pytorch.loggers import WandbLogger
+from omegaconf import DictConfig, OmegaConf
+
+from vitladder.atomic import write_text
+from vitladder.config import rung_index
+from vitladder.config_schema import WANDB_ALIASES, WANDB_MODES
+from vitladder.errors import UserError
+from vitladder.run_folder import EPOCH, LR, parse_run_name
+
+RUN_ID_FILE = "wandb_run_id.txt"
+GLOBAL_STEP = "trainer/global_step"  # Lightning's WandbLogger logs the optimizer step under this name
+ONLINE = ("online", "run", "shared")
+# W&B waits 90 s for a server by default: training starts offline sooner. WANDB_INIT_TIMEOUT, W&B's own, wins.
+INIT_TIMEOUT_S = 10.0
+
+
+def check_wandb_mode(configured: str, source: str = "wandb.mode") -> str:
+    """WANDB_MODE wins over the configured mode; either must be a mode W&B knows (checked before anything is
+    written: W&B would only refuse it once training starts)."""
+    environment = os.environ.get("WANDB_MODE")
+    mode = environment or configured
+    if mode not in (*WANDB_MODES, *WANDB_ALIASES):
+        origin = "WANDB_MODE" if environment else source
+        raise UserError(f"{origin}={mode!r} is not a W&B mode: use one of {', '.join(WANDB_MODES)}")
+    return mode
+
+
+def resolve_mode(requested: str) -> str:
+    """The requested mode; `auto` is online only where W&B finds credentials (it never prompts for them here)."""
+    mode = check_wandb_mode(requested)
+    if mode == "auto":
+        import wandb
+
+        try:
+            mode = "online" if wandb.login(prompt=False, verify=False) else "offline"
+        except wandb.Error:  # credentials W&B cannot use (a malformed key): wandb.init says so, and falls back
+            mode = "online"
+    return mode
+
+
+def init_timeout_s() -> float:
+    return float(os.environ.get("WANDB_INIT_TIMEOUT", INIT_TIMEOUT_S))
+
+
+def start_run(mode: str, **init):
+    """``wandb.init(**init)`` in a resolved mode. Online, a server that does not start the run within the init
+    timeout (unreachable, an error, a rejected key) is one warning line, and the run is offline: training goes on,
+    and `wandb sync` uploads it later."""
+    import wandb
+
+    if mode in ONLINE:
+        try:
+            return wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout_s()), **init)
+        except wandb.Error as error:
+            warnings.warn(
+                f"W&B could not start the run online ({failure(error)}): logging offline instead; "
+                "upload later with `wandb sync`",
+                stacklevel=2,
+            )
+            mode = "offline"
+    return wandb.init(mode=mode, **init)
+
+
+def report_run_id(project: str, ladder: str) -> str:
+    """The ladder report run's id: derived from project and ladder, so rebuilding the report updates
+    one run instead of adding one per build."""
+    return "report-" + hashlib.sha256(f"{project}/{ladder}".encode()).hexdigest()[:16]
+
+
+def wandb_config(cfg: DictConfig) -> dict:
+    """The run's W&B config: the resolved Hydra config, plus the rung's position in the ladder so that
+    dashboards can order rungs. rung_info (descriptions and reference figures of every rung below) is
+    left out: not settings to filter runs by."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("rung_info", None)
+    return {**config, "rung_index": rung_index(cfg.rung)}
+
+
+def define_metrics(run) -> None:
+    """Epoch-level metrics against ``epoch`` (epochs trained), ``lr`` against the optimizer step."""
+    run.define_metric(EPOCH)
+    run.define_metric(GLOBAL_STEP)
+    run.define_metric("*", step_metric=EPOCH, step_sync=True)
+    run.define_metric(LR, step_metric=GLOBAL_STEP)
+
+
+def rung_run(cfg: DictConfig, run_dir: Path, mode: str, resume_only: bool = False, **init):
+    """The rung folder's W&B run, continued when the folder has one, else started (``resume_only``: None);
+    None when W&B is disabled."""
+    id_file, mode = Path(run_dir) / RUN_ID_FILE, resolve_mode(mode)
+    existing = id_file.read_text().strip() if id_file.exists() else None
+    if mode == "disabled" or (resume_only and existing is None):
+        return None
+    run = start_run(
+        mode,
+        project=cfg.wandb.project,
+        entity=cfg.wandb.entity,
+        group=cfg.ladder,
+        name=f"{cfg.ladder}/{Path(run_dir).name}",
+        job_type=cfg.rung,
+        tags=[cfg.rung, f"profile:{cfg.profile.name}", f"data:{cfg.data.source}", f"seed:{cfg.seed}"],
+        id=existing,
+        resume="allow",
+        dir=str(run_dir),
+        **init,
+    )
+    if existing is None:
+        write_text(id_file, run.id + "\n")
+    define_metrics(run)
+    return run
+
+
+def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
+    """The rung's W&B logger over its run, or None when W&B is disabled."""
+    run = rung_run(cfg, run_dir, cfg.wandb.mode, config=wandb_config(cfg))
+    return None if run is None else WandbLogger(experiment=run, save_dir=str(run_dir))
+
+
+def offline_runs(ladder_dir: Path) -> list[Path]:
+    """The offline W&B runs of a ladder, what `make wandb-sync` uploads: its run folders' (a resumed rung's
+    parts, which `wandb sync` uploads in the order they started, as one run) and the report run's. Runs of
+    an old recipe, set aside by ``overwrite=true`` in ``<rung>.replaced-<time>/``, are not the ladder's."""
+    ladder_dir = Path(ladder_dir)
+    run_folders = [path for path in ladder_dir.iterdir() if path.is_dir() and parse_run_name(path.name)]
+    runs = [run for root in (*run_folders, ladder_dir) for run in (root / "wandb").glob("offline-run-*")]
+    return sorted(run for run in runs if run.is_dir())
+
+
+def failure(error: BaseException) -> str:
+    """A W&B failure in a few words: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
+
+
+def _finish_failed(wandb) -> None:
+    """Marks the open W&B run failed and closes it, if W&B can still do that."""
+    if wandb.run is not None:
+        with suppress(wandb.Error, OSError):
+            wandb.run.finish(exit_code=1)
+
+
+@contextmanager
+def finished_if_failed() -> Iterator[None]:
+    """Marks the W&B run failed and closes it when training raises, so that no later run of the process meets it
+    open. W&B failing during training (the server, the network) is one line: the rung resumes from its checkpoint."""
+    try:
+        yield
+    except BaseException as error:
+        wandb = sys.modules.get("wandb")  # never imported: no run to close
+        if wandb is None:
+            raise
+        _finish_failed(wandb)
+        if isinstance(error, wandb.Error):
+            raise UserError(
+                f"W&B failed during training ({failure(error)}): run the same command again to resume from the "
+                "last checkpoint, or train without it (wandb.mode=offline, or disabled)"
+            ) from error
+        raise
+
+
+@contextmanager
+def wandb_failure_warns(what: str, kept: str) -> Iterator[None]:
+    """For the W&B steps after training, whose results are saved locally first: a failure of W&B itself (its
+    errors, the network, its files) is one warning line saying that ``what`` was not logged and what is
+    ``kept``, and the caller goes on (as a decorator: returns None). Anything else propagates."""
+    import wandb
+
+    try:
+        yield
+    except (wandb.Error, OSError) as error:
+        _finish_failed(wandb)
+        warnings.warn(f"W&B could not log {what} ({failure(error)}): {kept}", stacklevel=1)
