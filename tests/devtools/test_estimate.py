@@ -32,25 +32,24 @@ def fresh_cache():
 
 
 def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_path):
-    models, calls = [], []
+    models, timed = [], []
 
     def build(vit):
         models.append(build_vit(vit))
         return models[-1]
 
-    def fake_time_steps(step, warmup, steps, device):
+    def fake_seconds_per_call(step, calls, device, warmup=0):
         before = [p.detach().clone() for p in models[-1].parameters()]
         step()  # the step it times: a real AdamW step of the model, then a real save
         trained = any(not torch.equal(p, b) for p, b in zip(models[-1].parameters(), before))
-        calls.append((warmup, steps, device, trained))
+        timed.append((warmup, calls, device, trained))
         return 0.64
 
     monkeypatch.setattr(estimate, "build_vit", build)
-    monkeypatch.setattr(estimate, "time_steps", fake_time_steps)
+    monkeypatch.setattr(estimate, "seconds_per_call", fake_seconds_per_call)
     assert estimate.step_cost(TINY_VIT, 128, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 64)
     assert estimate.step_cost(TINY_VIT, 16, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 16)
-    cpu = torch.device("cpu")
-    assert calls == [(1, 2, cpu, True), (0, 1, cpu, False)] * 2  # the steps, then one checkpoint
+    assert timed == [(1, 2, "cpu", True), (0, 1, "cpu", False)] * 2  # the steps, then one checkpoint
     assert list(tmp_path.iterdir()) == [], "the timed checkpoint is removed"
 
 
