@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -18,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.atomic import save_torch
 from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, on_cuda
+from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.stats import ChannelStats
 from vitladder.devtools.benchmark import TRACK, bare_step, seconds_per_call, time_probes
@@ -26,7 +28,7 @@ from vitladder.training.checkpoint_io import saves_in
 
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 6.0  # start-up, W&B and the files of one run
-PROBE_IMAGES = (2, 8)  # the probes are timed on this many images, then this many: a fixed and a per-image cost
+PROBE_IMAGES = (2, 16)  # a probe is timed on this many images, then this many: a fixed and a per-image cost
 
 
 @dataclass(frozen=True)
@@ -66,30 +68,53 @@ class ProbeCost:
         return self.fixed_s + self.per_image_s * images
 
 
+@contextmanager
+def threads(number: int) -> Iterator[None]:
+    """torch's CPU threads set to ``number`` for the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(number)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @cache
 def probe_costs(vit: ViTConfig, device: str, analysis: str) -> dict[str, ProbeCost]:
-    """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and ``TRACK``
-    (the tracking), timed by the benchmark's ``time_probes`` on the model's shape and device on ``PROBE_IMAGES[0]``
-    random images, then ``PROBE_IMAGES[1]``, then the first number again: the line through the shorter of the two
-    few-image times (the first pays the first-call costs; other work on the machine only adds time) and the
-    many-image time."""
-    model = build_vit(vit).to(device)
+    """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and ``TRACK``,
+    timed by the benchmark's ``time_probes`` on random images of the model's shape, on its device.
+
+    A run's probe takes its images in batches of ``analysis.batch_size`` on every thread, a few milliseconds an
+    image. On a few images the threads cost more than they do, and that overhead swings with the other work on the
+    machine: a line through such timings once counted 0.84 s an image. So the probes are timed on one thread, where
+    an image costs the same in a small batch as in a large one: on ``PROBE_IMAGES[0]``, ``[1]``, then ``[0]`` again
+    (the shorter counts: the first pays the first-call costs); the per-image part of the line through them is then
+    divided by the speed-up the threads give a plain forward pass over one analysis batch."""
+    model = build_vit(vit).to(device).eval()
     cfg = OmegaConf.create(
         {"analysis": json.loads(analysis), "rung": "estimate", "model": {"patch_size": vit.patch_size}}
     )
-    few, many = PROBE_IMAGES
-    images = torch.randint(0, 256, (many, 3, vit.img_size, vit.img_size), dtype=torch.uint8, device=device)
-    labels = torch.randint(0, vit.num_classes, (many,), device=device)
+    few, many, batch = *PROBE_IMAGES, int(cfg.analysis.batch_size)
+    size = (max(many, batch), 3, vit.img_size, vit.img_size)
+    images = torch.randint(0, 256, size, dtype=torch.uint8, device=device)
+    labels = torch.randint(0, vit.num_classes, size[:1], device=device)
     stats = ChannelStats((0.5,) * 3, (0.25,) * 3)
-    first, more, again = (
-        time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
-        for n in (few, many, few)
-    )
+
+    def forward_s(number: int) -> float:
+        with threads(number), torch.no_grad():
+            return seconds_per_call(lambda: model(normalize(images[:batch], stats.mean, stats.std)), 1, device, 1)
+
+    speedup = forward_s(1) / forward_s(torch.get_num_threads())
+    with threads(1):
+        first, more, again = (
+            time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
+            for n in (few, many, few)
+        )
     costs = {}
     for name, more_s in more.items():
         few_s = min(first[name], again[name])
         per_image = max(more_s - few_s, 0.0) / (many - few)
-        costs[name] = ProbeCost(max(few_s - per_image * few, 0.0), per_image)
+        costs[name] = ProbeCost(max(few_s - per_image * few, 0.0), per_image / speedup)
     return costs
 
 
