@@ -21,6 +21,14 @@ from vitladder.model import ViTConfig, build_vit
 TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
 
 
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def fresh_cache():
     # Cached for the ladder: per (shape, batch, device, folder, precision, AdamW), and per (shape, device, probes).
@@ -175,7 +183,7 @@ def fake_machine(monkeypatch, probe_s, forward_s):
     return calls
 
 
-def test_the_probes_are_timed_on_one_thread_on_two_numbers_of_images_and_fitted(monkeypatch):
+def test_the_probes_are_timed_on_one_thread_on_two_numbers_of_images_and_fitted(monkeypatch, two_threads):
     def probe_s(name, n, threads):
         assert threads == 1, "the probes are timed on one thread"
         first = sum(call[0][0] == n for call in calls) == 1 and n == estimate.PROBE_IMAGES[0]  # first-call costs
@@ -183,8 +191,7 @@ def test_the_probes_are_timed_on_one_thread_on_two_numbers_of_images_and_fitted(
 
     calls = fake_machine(monkeypatch, probe_s, forward_s=lambda threads: 3.0 if threads == 1 else 1.5)
     analysis = {"probes": ["attention", "positions"], "settings": {"head_ablation": {"draws": 3}}, "batch_size": 250}
-    with estimate.threads(2):
-        costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))
+    costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))
     few, many = estimate.PROBE_IMAGES
     # Random images of the model's size, the fewer before and after the more, no untimed call: the shorter counts.
     assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, 1, False) for n in (few, many, few)]
@@ -195,7 +202,7 @@ def test_the_probes_are_timed_on_one_thread_on_two_numbers_of_images_and_fitted(
     assert costs["attention"].seconds(1000) == pytest.approx(6.0)
 
 
-def test_few_images_on_every_thread_which_cost_mostly_thread_overhead_do_not_count_as_images(monkeypatch):
+def test_few_images_on_every_thread_which_cost_mostly_thread_overhead_do_not_count_as_images(monkeypatch, two_threads):
     # Head ablation at width 48, patch 8, as measured: on one thread 0.26 s on 2 images, 0.50 s on 8, 9.9 s on 250
     # (0.04 s an image); on two threads a batch of 250 about 1.8 times faster, but a few images mostly thread
     # overhead that swings with the machine's other work (a 2-image and an 8-image timing once fitted 0.84 s an
@@ -207,8 +214,7 @@ def test_few_images_on_every_thread_which_cost_mostly_thread_overhead_do_not_cou
 
     fake_machine(monkeypatch, probe_s, forward_s=lambda threads: 1.8 if threads == 1 else 1.0)
     analysis = {"probes": ["head_ablation"], "settings": {"head_ablation": {"draws": 5}}, "batch_size": 250}
-    with estimate.threads(2):
-        seconds = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))["head_ablation"].seconds(1000)
+    seconds = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))["head_ablation"].seconds(1000)
     assert seconds == pytest.approx(0.18 + 1000 * 0.04 / 1.8)
     assert 22.4 / 2 < seconds < 22.4 * 2
 

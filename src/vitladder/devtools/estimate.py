@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -68,17 +67,6 @@ class ProbeCost:
         return self.fixed_s + self.per_image_s * images
 
 
-@contextmanager
-def threads(number: int) -> Iterator[None]:
-    """torch's CPU threads set to ``number`` for the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(number)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @cache
 def probe_costs(vit: ViTConfig, device: str, analysis: str) -> dict[str, ProbeCost]:
     """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and ``TRACK``,
@@ -100,16 +88,20 @@ def probe_costs(vit: ViTConfig, device: str, analysis: str) -> dict[str, ProbeCo
     labels = torch.randint(0, vit.num_classes, size[:1], device=device)
     stats = ChannelStats((0.5,) * 3, (0.25,) * 3)
 
-    def forward_s(number: int) -> float:
-        with threads(number), torch.no_grad():
-            return seconds_per_call(lambda: model(normalize(images[:batch], stats.mean, stats.std)), 1, device, 1)
+    @torch.no_grad()
+    def forward_s() -> float:
+        return seconds_per_call(lambda: model(normalize(images[:batch], stats.mean, stats.std)), 1, device, warmup=1)
 
-    speedup = forward_s(1) / forward_s(torch.get_num_threads())
-    with threads(1):
+    threads, on_all_threads = torch.get_num_threads(), forward_s()
+    torch.set_num_threads(1)
+    try:
+        speedup = forward_s() / on_all_threads
         first, more, again = (
             time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
             for n in (few, many, few)
         )
+    finally:
+        torch.set_num_threads(threads)
     costs = {}
     for name, more_s in more.items():
         few_s = min(first[name], again[name])
