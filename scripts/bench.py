@@ -66,21 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError("--device cuda: no CUDA device is visible")
     width = args.width or ("both" if device == "cpu" else "full")
     widths = ["tiny", "full"] if width == "both" else [width]
-    overrides = {
-        k: v
-        for k, v in (
-            ("batch_size", args.batch_size),
-            ("steps", args.steps),
-            ("warmup", args.warmup),
-            ("rounds", args.rounds),
-            ("analysis_images", args.analysis_images),
-        )
-        if v is not None
-    }
-    if args.compile:
-        overrides["compile"] = True
-    if args.rehearse_cuda:
-        overrides["rehearse_cuda"] = True
+    counts = ("batch_size", "steps", "warmup", "rounds", "analysis_images")
+    overrides = {key: value for key in counts if (value := getattr(args, key)) is not None}
+    overrides |= {key: True for key in ("compile", "rehearse_cuda") if getattr(args, key)}
     for name in ("lightning.pytorch", "lightning.fabric"):  # one fit per round: keep the banner out of the table
         logging.getLogger(name).setLevel(logging.WARNING)
 

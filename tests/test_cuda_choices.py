@@ -123,17 +123,22 @@ REHEARSED = {
     ("devtools/syncs.py", "HostSyncs.on"): [
         "test_on_cuda_host_tensors_are_left_out_and_the_sync_debug_mode_is_counted"
     ],
-    ("devtools/timing.py", "sync"): ["test_warmup_steps_are_untimed_and_cuda_is_synchronised_at_both_ends"],
+    ("devtools/benchmark.py", "per_step"): [
+        "test_lightnings_steps_are_stamped_at_their_starts_the_device_synchronised_at_the_first_and_last"
+    ],
+    ("devtools/benchmark.py", "synced"): ["test_the_clock_waits_for_the_gpus_queued_work_once_cuda_is_in_use"],
+    ("devtools/benchmark.py", "seconds_per_call"): [
+        "test_the_cuda_figure_is_the_span_over_the_calls_synchronised_at_both_ends_only"
+    ],
 }
 # The developer tools' own CUDA lines, which only a GPU runs (make bench --device cuda, make gpu-check): what each
 # decides. Each is a measurement setting, a name or a device, not a run's choice: those come from cuda_choices.py.
 ON_A_GPU_ONLY = {
     ("devtools/benchmark.py", "settings_for"): "the benchmark's batch and step counts on a GPU",
-    ("devtools/benchmark.py", "run_benchmark"): "the GPU's name in the report",
+    ("devtools/benchmark.py", "machine"): "the GPU's name in bench.json and gpu_check.json",
     ("devtools/benchmark.py", "time_loop_costs"): "CUDA's sync debug mode on while the steps' syncs are counted",
     ("devtools/estimate.py", "step_cost"): "the batch the estimate times: the run's on a GPU, at most 64 on a CPU",
     ("devtools/gpu_check.py", "benchmark"): "the GPU check's warm-up and timed steps",
-    ("devtools/gpu_check.py", "device_info"): "the GPU's name and type in gpu_check.json",
     ("devtools/gpu_check.py", "run_check"): "the device the check runs on",
     ("devtools/gpu_check.py", "markdown"): "the CUDA version's line of gpu_check.md",
 }
@@ -161,7 +166,7 @@ def cuda_conditioned(path: Path) -> set[str]:
 
 def test_every_cuda_choice_in_src_is_rehearsed_on_the_cpu_or_declared_gpu_only(repo_root):
     found = {(str(p.relative_to(PACKAGE)), scope) for p in PACKAGE.rglob("*.py") for scope in cuda_conditioned(p)}
-    assert ("cuda_choices.py", "cuda_choices") in found and ("devtools/timing.py", "sync") in found  # the scan works
+    assert {("cuda_choices.py", "cuda_choices"), ("devtools/benchmark.py", "per_step")} <= found  # the scan works
     assert found == REHEARSED.keys() | ON_A_GPU_ONLY.keys(), (
         "a CUDA-conditioned function was added or removed: decide it in cuda_choices.py, or list it here with the "
         "test that runs it on the CPU"

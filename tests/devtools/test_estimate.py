@@ -1,7 +1,7 @@
 """The ladder's time estimate times its training step with the shared timer: one warm-up step, two timed,
 divided by the images of a step (at most 64 on the CPU); one checkpoint of the model, counted as often as the
-run's checkpoint interval saves; and the configured probes and their tracking, timed by the benchmark on a few
-images, counted on the images and epochs the run analyses."""
+run's checkpoint interval saves; and the configured probes and their tracking, timed by the benchmark on one thread
+on a few images and counted at the threads' speed-up on the images and epochs the run analyses."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ from vitladder.model import ViTConfig, build_vit
 TINY_VIT = ViTConfig(patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
 
 
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def fresh_cache():
     # Cached for the ladder: per (shape, batch, device, folder, precision, AdamW), and per (shape, device, probes).
@@ -32,25 +40,24 @@ def fresh_cache():
 
 
 def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_path):
-    models, calls = [], []
+    models, timed = [], []
 
     def build(vit):
         models.append(build_vit(vit))
         return models[-1]
 
-    def fake_time_steps(step, warmup, steps, device):
+    def fake_seconds_per_call(step, calls, device, warmup=0):
         before = [p.detach().clone() for p in models[-1].parameters()]
         step()  # the step it times: a real AdamW step of the model, then a real save
         trained = any(not torch.equal(p, b) for p, b in zip(models[-1].parameters(), before))
-        calls.append((warmup, steps, device, trained))
+        timed.append((warmup, calls, device, trained))
         return 0.64
 
     monkeypatch.setattr(estimate, "build_vit", build)
-    monkeypatch.setattr(estimate, "time_steps", fake_time_steps)
+    monkeypatch.setattr(estimate, "seconds_per_call", fake_seconds_per_call)
     assert estimate.step_cost(TINY_VIT, 128, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 64)
     assert estimate.step_cost(TINY_VIT, 16, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 16)
-    cpu = torch.device("cpu")
-    assert calls == [(1, 2, cpu, True), (0, 1, cpu, False)] * 2  # the steps, then one checkpoint
+    assert timed == [(1, 2, "cpu", True), (0, 1, "cpu", False)] * 2  # the steps, then one checkpoint
     assert list(tmp_path.iterdir()) == [], "the timed checkpoint is removed"
 
 
@@ -154,26 +161,62 @@ def test_the_estimate_counts_each_probe_on_its_images_and_every_tracked_epoch(mo
     assert seconds("analysis.enabled=false", *every_epoch) == pytest.approx(off)
 
 
-def test_the_probes_are_timed_by_the_benchmark_on_two_numbers_of_images_and_fitted(monkeypatch):
+def fake_machine(monkeypatch, probe_s, forward_s):
+    """The benchmark's timings replaced: ``probe_s(name, images, threads)``, the seconds of a probe (or TRACK) on
+    that many images on that many threads, ``forward_s(threads)`` those of a forward pass over one analysis batch.
+    Returns the calls: (images, their dtype and shape, labels, a probe setting, threads, warm-up) per timing."""
     calls = []
 
     def time_probes(model, images, labels, cfg, stats, rounds, track=False, warmup=True):
-        calls.append(
-            (tuple(images.shape), images.dtype, len(labels), cfg.analysis.settings.head_ablation.draws, warmup)
-        )
-        assert track and rounds == 1 and list(cfg.analysis.probes) == ["attention", "positions"]
-        n, first = len(images), len(calls) == 1  # the first call pays the first-call costs
-        return {"attention": 1.0 + 0.01 * n + first, "positions": 2.0, TRACK: 0.1 * n}, 0.3
+        threads = torch.get_num_threads()
+        draws = cfg.analysis.settings.head_ablation.draws
+        calls.append((tuple(images.shape), images.dtype, len(labels), draws, threads, warmup))
+        assert track and rounds == 1
+        return {name: probe_s(name, len(images), threads) for name in [*cfg.analysis.probes, TRACK]}, 0.3
+
+    def seconds_per_call(fn, calls_, device, warmup=0):
+        fn()  # a real forward pass of the model
+        return forward_s(torch.get_num_threads())
 
     monkeypatch.setattr(estimate, "time_probes", time_probes)
+    monkeypatch.setattr(estimate, "seconds_per_call", seconds_per_call)
+    return calls
+
+
+def test_the_probes_are_timed_on_one_thread_on_two_numbers_of_images_and_fitted(monkeypatch, two_threads):
+    def probe_s(name, n, threads):
+        assert threads == 1, "the probes are timed on one thread"
+        first = sum(call[0][0] == n for call in calls) == 1 and n == estimate.PROBE_IMAGES[0]  # first-call costs
+        return {"attention": 1.0 + 0.01 * n + first, "positions": 2.0, TRACK: 0.1 * n}[name]
+
+    calls = fake_machine(monkeypatch, probe_s, forward_s=lambda threads: 3.0 if threads == 1 else 1.5)
     analysis = {"probes": ["attention", "positions"], "settings": {"head_ablation": {"draws": 3}}, "batch_size": 250}
     costs = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))
-    few, more = estimate.PROBE_IMAGES
+    few, many = estimate.PROBE_IMAGES
     # Random images of the model's size, the fewer before and after the more, no untimed call: the shorter counts.
-    assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, False) for n in (few, more, few)]
+    assert calls == [((n, 3, 32, 32), torch.uint8, n, 3, 1, False) for n in (few, many, few)]
     fitted = {name: (cost.fixed_s, cost.per_image_s) for name, cost in costs.items()}
-    assert fitted == {"attention": pytest.approx((1.0, 0.01)), "positions": (2.0, 0.0), TRACK: pytest.approx((0, 0.1))}
-    assert costs["attention"].seconds(1000) == pytest.approx(11.0)
+    # The per-image part counted at the threads' speed-up over a forward pass of one batch: 3.0 s / 1.5 s.
+    expected = {"attention": (1.0, 0.005), "positions": (2.0, 0.0), TRACK: (0.0, 0.05)}
+    assert fitted == {name: pytest.approx(value) for name, value in expected.items()}
+    assert costs["attention"].seconds(1000) == pytest.approx(6.0)
+
+
+def test_few_images_on_every_thread_which_cost_mostly_thread_overhead_do_not_count_as_images(monkeypatch, two_threads):
+    # Head ablation at width 48, patch 8, as measured: on one thread 0.26 s on 2 images, 0.50 s on 8, 9.9 s on 250
+    # (0.04 s an image); on two threads a batch of 250 about 1.8 times faster, but a few images mostly thread
+    # overhead that swings with the machine's other work (a 2-image and an 8-image timing once fitted 0.84 s an
+    # image). A run's 1,000 images in four batches of 250 on two threads: 0.18 + 1,000 x 0.04 / 1.8 = 22.4 s.
+    def probe_s(name, n, threads):
+        if threads == 1:
+            return 0.18 + 0.04 * n
+        return 0.18 + 0.04 * n / 1.8 + 0.8 * min(n, 32)  # the overhead, paid on a few images, amortised in a batch
+
+    fake_machine(monkeypatch, probe_s, forward_s=lambda threads: 1.8 if threads == 1 else 1.0)
+    analysis = {"probes": ["head_ablation"], "settings": {"head_ablation": {"draws": 5}}, "batch_size": 250}
+    seconds = estimate.probe_costs(TINY_VIT, "cpu", json.dumps(analysis))["head_ablation"].seconds(1000)
+    assert seconds == pytest.approx(0.18 + 1000 * 0.04 / 1.8)
+    assert 22.4 / 2 < seconds < 22.4 * 2
 
 
 def test_the_probes_and_their_tracking_on_the_cpu_are_real_non_negative_times():

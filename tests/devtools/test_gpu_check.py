@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 from vitladder.devtools import gpu_check
 from vitladder.devtools.floors import dependencies
-from vitladder.devtools.gpu_check import RESERVE_S, CheckOptions, Measured, choose, markdown, max_time, plan_epochs
+from vitladder.devtools.gpu_check import RESERVE_S, CheckOptions, choose, markdown, max_time, plan_epochs
 from vitladder.run_folder import RunPaths
 
 # Records, at exit, every module the process imported.
@@ -239,14 +239,9 @@ def measured_benchmark(monkeypatch, tmp_path):
         "checkpoint_s": 0.05,
         "checkpoint_mib": 2.4,
     }
-
-    class Data:
-        train = val = type("Split", (), {"labels": [0] * 1000})
-
+    eager = {"images_per_s": 900.0, "step_ms": 70.0, "startup_s": 1.0}
     monkeypatch.setattr(
-        gpu_check,
-        "benchmark",
-        lambda options, clock, device, log: ({"eager": Measured(900.0, 0.07, 1.0)}, {}, loop, Data),
+        gpu_check, "benchmark", lambda options, clock, device, log: ({"eager": eager}, {}, loop, (1000, 1000))
     )
     return CheckOptions(out=tmp_path / "out", budget_s=60, smoke=True)
 
@@ -304,11 +299,12 @@ def test_the_versions_and_their_warnings_come_before_an_old_library_can_crash_th
 
 
 def test_the_setting_that_trains_longest_is_chosen():
-    eager, compiled = Measured(30_000, 0.017, 5.0, epochs=150), Measured(45_000, 0.011, 60.0, epochs=180)
+    eager = {"images_per_s": 30_000, "step_ms": 17, "startup_s": 5.0, "epochs_in_budget": 150}
+    compiled = {"images_per_s": 45_000, "step_ms": 11, "startup_s": 60.0, "epochs_in_budget": 180}
     assert choose({"eager": eager, "compiled": compiled}) == "compiled"
-    compiled.epochs = 140  # its compile eats more time than its speed gives back
+    compiled["epochs_in_budget"] = 140  # its compile eats more time than its speed gives back
     assert choose({"eager": eager, "compiled": compiled}) == "eager"
-    eager.epochs = compiled.epochs = 200  # both fit the whole recipe: the faster one
+    eager["epochs_in_budget"] = compiled["epochs_in_budget"] = 200  # both fit the whole recipe: the faster one
     assert choose({"eager": eager, "compiled": compiled}) == "compiled"
 
 

@@ -1,26 +1,12 @@
-"""How fast the project trains and analyses, against a bare PyTorch loop doing the same work.
+"""How fast the project trains and analyses, against a bare PyTorch loop doing the same work (``make bench``).
 
-Four figures per model width, each the median of several alternating rounds:
-
-- **project images/s**: ``RecipeModule`` fed by ``ImageDataModule``'s ``DeviceBatches`` through
-  ``L.Trainer.fit`` (no logger, no checkpointing, no progress bar), steady-state steps only;
-- **bare images/s**: the same ``build_vit`` model, optimizer (fused or not, as the run's CUDA choices say), loss,
-  batches, precision (fp16 with a loss scaler, as Lightning's 16-mixed) and device in a plain ``for`` loop. Their
-  ratio is Lightning's (and the module's) overhead;
-- **data share**: iterating ``DeviceBatches`` alone (gather, crop, flip, normalise) over a project step;
-- **probes**: each configured probe (``analysis.probes``, with the rung's settings) run as the callback runs
-  them (eval mode, no gradients, on the device) on ``analysis_images`` test images: 1,000 on a GPU, fewer on a
-  CPU, scaled linearly to 1,000 (a probe's work is per image or fixed); all of them against one training epoch,
-  and the attention probe (attention captured, per-head metrics) against a plain forward pass;
-- **loop costs** (``time_loop_costs``, once per width): the host syncs per training and per evaluation step
-  of the project's path (``devtools.syncs``; 0 is the aim), and one ``last.ckpt`` of its state (weights,
-  AdamW, loops) written and fsynced through ``AtomicCheckpointIO``, as a run saves it, with its size.
-
-The epoch time extrapolates the project's images/s to the 45,000 training images of CIFAR-10.
-Every figure is timed by ``devtools.timing``: the start of every step from step ``warmup`` to step
-``warmup + steps`` is timestamped, so a step's time includes fetching its batch and every hook; a round's
-figure is the median of its step times on the CPU, the whole span over ``steps`` on CUDA. The ratio is the
-median over rounds of each round's project/bare pair, the two run back to back in alternating order.
+Per model width, the medians of alternating rounds of: the project's images/s (``RecipeModule`` and
+``ImageDataModule`` through ``L.Trainer.fit``, quiet), a bare loop's (the module's model, AdamW and loss, no MixUp,
+on the same batches, precision and device in a plain ``for`` loop: the ratio is Lightning's and the module's
+overhead) and the data's share of a step (``DeviceBatches`` alone); each configured probe as the callback runs it on
+``analysis_images`` test images, scaled to 1,000, against one epoch; and once, the host syncs per training and
+evaluation step (``devtools.syncs``; 0 is the aim) and one ``last.ckpt`` written and fsynced as a run saves it.
+A step is timed from its start to the next one's (its batch fetched, every hook): ``per_step``.
 """
 
 from __future__ import annotations
@@ -28,42 +14,26 @@ from __future__ import annotations
 import platform
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
+import timeit
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from time import perf_counter
 
 import lightning as L
 import torch
 from omegaconf import DictConfig
-from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 
 from vitladder.config import compose_rung
-from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.augment import normalize
-from vitladder.data.datamodule import ImageDataModule, Split
-from vitladder.data.device_batches import DeviceBatches
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.stats import ChannelStats
 from vitladder.devtools.syncs import HostSyncs
-from vitladder.devtools.timing import StepClock, bare_step, time_steps
-from vitladder.model import ViTConfig, build_vit, num_parameters
+from vitladder.model import num_parameters
 from vitladder.training.checkpoint_io import AtomicCheckpointIO
 from vitladder.training.run import build_module
-
-__all__ = [
-    "BenchSettings",
-    "CIFAR10_TRAIN_IMAGES",
-    "TARGETS",
-    "TRACK",
-    "format_table",
-    "run_benchmark",
-    "settings_for",
-    "time_bare",
-    "time_data",
-    "time_loop_costs",
-    "time_probes",
-    "time_project",
-]
 
 CIFAR10_TRAIN_IMAGES = 45_000  # 50,000 minus the 5,000 held out for validation
 TARGETS = {
@@ -101,89 +71,68 @@ def settings_for(width: str, device: str) -> BenchSettings:
     if width not in WIDTHS:
         raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got '{width}'")
     if device == "cuda":  # the batch a GPU run trains with: the full profile's (conf/config.yaml)
-        batch_size = int(compose_rung("patch4", []).data.batch_size)
-        return BenchSettings(
-            width, WIDTHS[width], device, batch_size=batch_size, warmup=10, steps=40, rounds=5, analysis_rounds=5
-        )
+        batch = int(compose_rung("patch4", []).data.batch_size)
+        return BenchSettings(width, WIDTHS[width], device, batch, warmup=10, steps=40, rounds=5, analysis_rounds=5)
     if width == "tiny":
-        return BenchSettings(
-            width,
-            WIDTHS[width],
-            device,
-            batch_size=128,
-            warmup=3,
-            steps=12,
-            rounds=9,
-            analysis_rounds=5,
-            analysis_images=200,
-        )
-    return BenchSettings(
-        width, WIDTHS[width], device, batch_size=32, warmup=2, steps=4, rounds=7, analysis_rounds=3, analysis_images=50
-    )
+        return BenchSettings(width, 48, device, 128, 3, 12, rounds=9, analysis_rounds=5, analysis_images=200)
+    return BenchSettings(width, 384, device, 32, 2, 4, rounds=7, analysis_rounds=3, analysis_images=50)
 
 
 def bench_config(s: BenchSettings) -> DictConfig:
-    """The rung's config at the benchmark's width and batch size, on synthetic data large enough for it."""
-    num_train = (s.warmup + s.steps + 2) * s.batch_size
-    num_val = (EVAL_STEPS + 1) * s.batch_size  # time_loop_costs counts the evaluation steps after the first
-    return compose_rung(
-        s.rung,
-        [
-            "data=synthetic",
-            f"data.num_train={num_train + num_val}",
-            f"data.num_test={s.analysis_images}",
-            f"data.val_size={num_val}",
-            "data.train_subset=null",
-            "data.test_subset=null",
-            f"data.batch_size={s.batch_size}",
-            f"data.eval_batch_size={s.batch_size}",  # EVAL_STEPS + 1 evaluation batches of the same images
-            f"model.embed_dim={s.embed_dim}",
-            f"trainer.accelerator={s.device}",
-            f"speed.compile={str(s.compile).lower()}",
-            f"speed.rehearse_cuda={str(s.rehearse_cuda).lower()}",
-            "analysis.enabled=false",
-        ],
+    """The rung's config at the benchmark's width and batch, on synthetic data large enough for it: EVAL_STEPS + 1
+    evaluation batches of the training batch's size."""
+    num_train, num_val = (s.warmup + s.steps + 2) * s.batch_size, (EVAL_STEPS + 1) * s.batch_size
+    overrides = (
+        f"data=synthetic data.num_train={num_train + num_val} data.num_test={s.analysis_images} analysis.enabled=false "
+        f"data.val_size={num_val} data.train_subset=null data.test_subset=null data.batch_size={s.batch_size} "
+        f"data.eval_batch_size={s.batch_size} model.embed_dim={s.embed_dim} trainer.accelerator={s.device} "
+        f"speed.compile={str(s.compile).lower()} speed.rehearse_cuda={str(s.rehearse_cuda).lower()}"
     )
+    return compose_rung(s.rung, overrides.split())
 
 
-def _vit_config(cfg: DictConfig, datamodule: ImageDataModule) -> ViTConfig:
-    """The rung's ViT for the data's classes and image size, as build_module makes it."""
-    return ViTConfig(**{**cfg.model, "num_classes": datamodule.num_classes, "img_size": datamodule.image_size})
+def per_step(starts: list[float], device: str | torch.device) -> float:
+    """Seconds per step from the start times of consecutive steps: on a GPU their span over the steps (its launches
+    run ahead of the device), on the CPU the median step (robust to other jobs' bursts on a shared machine)."""
+    if torch.device(device).type == "cuda":
+        return (starts[-1] - starts[0]) / (len(starts) - 1)
+    return statistics.median(b - a for a, b in zip(starts, starts[1:]))
 
 
-def _train_batches(datamodule: ImageDataModule) -> DeviceBatches:
-    batches = datamodule.train_dataloader()
-    batches.set_epoch(0)
-    return batches
+def synced() -> float:
+    """The time once the GPU's queued work is done (CUDA runs ahead of the host). torch.utils.benchmark's clock does
+    the same, but importing that package imports torch.utils.cpp_extension and setuptools, which logs a line."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return perf_counter()
 
 
-# --- the project's path: RecipeModule + ImageDataModule through L.Trainer.fit -----------------------
+def seconds_per_call(fn: Callable[[], object], calls: int, device: str | torch.device, warmup: int = 0) -> float:
+    """Seconds per call of ``fn`` after ``warmup`` untimed calls, as ``per_step`` counts them; timed by ``timeit``
+    (garbage collection off) on the ``synced`` clock."""
+    for _ in range(warmup):
+        fn()
+    timer = timeit.Timer(fn, timer=synced)
+    if torch.device(device).type == "cuda":
+        return timer.timeit(calls) / calls
+    return statistics.median(timer.repeat(calls, number=1))
 
 
-class _StepClockCallback(L.Callback):
-    """``StepClock`` inside ``trainer.fit``: Lightning drives the loop, so ``time_steps`` cannot; the clock
-    is the same, stamped at the start of every training batch."""
+class _StepStarts(L.Callback):
+    """The start of training batches ``first`` to ``last``, the device synchronised at those two only (Lightning's
+    ThroughputMonitor synchronises it after every batch, a wait the run does not have)."""
 
-    def __init__(self, clock: StepClock) -> None:
-        self.clock = clock
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last, self.starts = first, last, []
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        self.clock.at_step(batch_idx)
+        if self.first <= batch_idx <= self.last:
+            self.starts.append(synced() if batch_idx in (self.first, self.last) else perf_counter())
 
 
-def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
-    """Seconds per steady-state training step of the project's Lightning path."""
-    module = build_module(cfg, datamodule)
-    clock = StepClock(s.warmup, s.steps, torch.device(s.device))
-    # The last batch only stops the clock.
-    trainer = _trainer(cfg, s, _StepClockCallback(clock), limit_train_batches=s.warmup + s.steps + 1)
-    trainer.fit(module, datamodule=datamodule)
-    return clock.seconds_per_step()
-
-
-def _trainer(cfg: DictConfig, s: BenchSettings, callback: L.Callback, **limits) -> L.Trainer:
-    """One epoch of the project's path on one device, quiet: no logger, checkpoint callback or sanity steps;
-    checkpoints (if asked for) written as a run writes them."""
+def _trainer(cfg: DictConfig, s: BenchSettings, *callbacks: L.Callback, **limits) -> L.Trainer:
+    """One quiet epoch on one device: no logger, checkpoint callback or sanity steps; a checkpoint (when asked for)
+    written as a run writes it."""
     return L.Trainer(
         accelerator=s.device,
         devices=1,
@@ -195,9 +144,71 @@ def _trainer(cfg: DictConfig, s: BenchSettings, callback: L.Callback, **limits) 
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[callback],
+        callbacks=list(callbacks),
         plugins=[AtomicCheckpointIO()],
     )
+
+
+def bench_data(cfg: DictConfig, s: BenchSettings) -> ImageDataModule:
+    """The config's data, set up on the benchmark's device."""
+    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    datamodule.trainer = _trainer(cfg, s)  # setup puts the splits on the trainer's device
+    datamodule.setup()
+    return datamodule
+
+
+def _train_batches(datamodule: ImageDataModule):
+    batches = datamodule.train_dataloader()
+    batches.set_epoch(0)
+    return iter(batches)  # (B, 3, S, S) float, (B,) int64 on the device
+
+
+def time_project(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per steady-state training step of the project's Lightning path."""
+    starts = _StepStarts(s.warmup, s.warmup + s.steps)  # the last batch only stops the clock
+    trainer = _trainer(cfg, s, starts, limit_train_batches=s.warmup + s.steps + 1)
+    trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
+    return per_step(starts.starts, s.device)
+
+
+def bare_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, device: torch.device, precision: str
+) -> Callable[[Tensor, Tensor], None]:
+    """One plain PyTorch training step in a run's ``trainer.precision``, as Lightning's precision plugin takes it:
+    bf16 or fp16 autocast, and under 16-mixed a loss scaler (the step skipped on an overflow)."""
+    if precision not in ("bf16-mixed", "16-mixed", "32-true", "32"):
+        raise ValueError(f"the bare step does not support precision '{precision}'")
+    half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    autocast = torch.autocast(device.type, dtype=half) if half else nullcontext()
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "16-mixed")
+
+    def step(images: Tensor, labels: Tensor) -> None:
+        with autocast:
+            loss = loss_fn(model(images), labels)
+        scaler.scale(loss).backward()  # disabled: the loss itself, and step() below is optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per steady-state step of a plain PyTorch loop over the same batches."""
+    device = torch.device(s.device)
+    module = build_module(cfg, datamodule).to(device)  # its model, and the run's TF32 setting
+    module.configure_model()  # torch.compile, when asked for
+    module.trainer = _trainer(cfg, s)  # configure_optimizers sizes its schedule by the trainer's limits
+    optimizer = module.configure_optimizers()["optimizer"]
+    loss = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
+    step, batches = bare_step(module.model, optimizer, loss, device, cfg.trainer.precision), _train_batches(datamodule)
+    return seconds_per_call(lambda: step(*next(batches)), s.steps, device, s.warmup)
+
+
+def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
+    """Seconds per batch of ``DeviceBatches`` alone: index, gather, crop, flip, normalise."""
+    batches = _train_batches(datamodule)
+    return seconds_per_call(lambda: next(batches), s.steps, s.device, s.warmup)
 
 
 def host_step_counts(optimizers: list[torch.optim.Optimizer]) -> set[int]:
@@ -232,68 +243,29 @@ class _CountSteps(L.Callback):
 
 
 def time_loop_costs(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings, folder: Path) -> dict:
-    """Host syncs per training step and per evaluation step of the project's Lightning path, and the seconds and
-    MiB of one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO:
-    a temporary file beside it, fsynced, renamed)."""
+    """Host syncs per training and per evaluation step of the project's Lightning path, and the seconds and MiB of
+    one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO)."""
     module = build_module(cfg, datamodule)
     with HostSyncs(cuda=s.device == "cuda") as syncs:
         counter = _CountSteps(syncs, s.warmup, s.steps)
         fitted = _trainer(cfg, s, counter, limit_train_batches=s.warmup + s.steps + 1)
         fitted.fit(module, datamodule=datamodule)
         train = syncs.total, syncs.cuda
-        _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1).validate(
-            module, datamodule=datamodule, verbose=False
-        )
+        evaluator = _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1)
+        evaluator.validate(module, datamodule=datamodule, verbose=False)
         evaluate = syncs.total - train[0], None if syncs.cuda is None else syncs.cuda - train[1]
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".bench-checkpoint-") as tmp:
         path = Path(tmp) / "last.ckpt"
-        save_s = time_steps(
-            lambda: fitted.save_checkpoint(path, weights_only=False), 1, CHECKPOINT_SAVES, torch.device(s.device)
-        )
+        save_s = seconds_per_call(lambda: fitted.save_checkpoint(path), CHECKPOINT_SAVES, s.device, warmup=1)
         mib = path.stat().st_size / 2**20
+    counts = {"train": (train, s.steps), "eval": (evaluate, EVAL_STEPS)}
     return {
-        "host_syncs_per_step": {"train": train[0] / s.steps, "eval": evaluate[0] / EVAL_STEPS},
-        "cuda_syncs_per_step": None
-        if syncs.cuda is None
-        else {"train": train[1] / s.steps, "eval": evaluate[1] / EVAL_STEPS},
+        "host_syncs_per_step": {key: n[0] / steps for key, (n, steps) in counts.items()},
+        "cuda_syncs_per_step": None if syncs.cuda is None else {k: n[1] / steps for k, (n, steps) in counts.items()},
         "checkpoint_s": save_s,
         "checkpoint_mib": mib,
     }
-
-
-# --- the bare loop ----------------------------------------------------------------------------------
-
-
-def time_bare(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings) -> float:
-    """Seconds per steady-state step of a plain PyTorch loop over the same batches."""
-    device = torch.device(s.device)
-    model = build_vit(_vit_config(cfg, datamodule)).to(device).train()
-    if s.compile:
-        model.compile()
-    use_tensor_cores(run_choices(cfg))
-    optim = cfg.optim
-    optimizer = create_optimizer_v2(
-        model,
-        opt="adamw",
-        lr=optim.lr,
-        weight_decay=optim.weight_decay,
-        betas=tuple(optim.betas),
-        **({"fused": True} if fused_adamw(cfg) else {}),
-    )
-    criterion = nn.CrossEntropyLoss(label_smoothing=float(cfg.loss.label_smoothing))
-    step = bare_step(model, optimizer, criterion, device, cfg.trainer.precision)
-    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))  # (B, 3, H, W), (B,) on the device
-    return time_steps(lambda: step(*next(batches)), s.warmup, s.steps, device)
-
-
-def time_data(datamodule: ImageDataModule, s: BenchSettings) -> float:
-    """Seconds per batch of ``DeviceBatches`` alone: index, gather, crop, flip, normalise."""
-    batches: Iterator[tuple[Tensor, Tensor]] = iter(_train_batches(datamodule))
-    return time_steps(lambda: next(batches), s.warmup, s.steps, torch.device(s.device))
-
-
-# --- analysis against a forward pass ---------------------------------------------------------------
 
 
 def time_probes(
@@ -306,23 +278,21 @@ def time_probes(
     track: bool = False,
     warmup: bool = True,
 ) -> tuple[dict[str, float], float]:
-    """(median seconds of each probe of ``cfg.analysis.probes``, median seconds of a plain eval forward pass) over
-    ``images_u8`` ``(N, 3, S, S)`` on the model's device. The probes run as the callback runs them (its context,
-    the rung's settings; eval mode, no gradients), the forward pass in the model's float32 batch by batch;
-    the two alternate each round, after one untimed call of each on a few images (first-call costs) unless not
-    ``warmup``. With ``track``, also ``TRACK``: what the callback measures on its tracking images each tracked
-    epoch (every probe's ``track``), on the same images."""
+    """(median seconds of each probe of ``cfg.analysis.probes``, and of a plain forward pass) over ``images_u8``
+    ``(N, 3, S, S)`` on the model's device: the probes as the callback runs them (its context and settings), the
+    forward pass in batches of ``analysis.batch_size``, alternating each round, after one untimed call of each on a
+    few images (first-call costs) unless not ``warmup``. With ``track``, also ``TRACK``: every probe's tracking."""
     from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.probes import run_probes, track_probes
 
     callback = AttentionAnalysis.from_config(cfg.analysis, Path("unused"), str(cfg.rung), int(cfg.model.patch_size))
-    ctx, device, batch = callback.context(images_u8.shape[-1], stats, None), next(model.parameters()).device, 250
+    ctx, device = callback.context(images_u8.shape[-1], stats, None), next(model.parameters()).device
     model.eval()
 
     @torch.no_grad()
     def forward(images: Tensor = images_u8) -> None:
-        for start in range(0, len(images), batch):
-            model(normalize(images[start : start + batch], stats.mean, stats.std))  # (B, num_classes)
+        for start in range(0, len(images), ctx.batch_size):
+            model(normalize(images[start : start + ctx.batch_size], stats.mean, stats.std))  # (B, num_classes)
 
     timed = {
         name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n])
@@ -331,86 +301,66 @@ def time_probes(
     if track:
         timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, cfg.analysis.probes)
     timed["forward"] = forward
-    times: dict[str, list[float]] = {name: [] for name in timed}
     for fn in timed.values() if warmup else ():
         fn(images_u8[:8])
+    times: dict[str, list[float]] = {name: [] for name in timed}
     for r in range(rounds):
         for name, fn in list(timed.items())[:: 1 if r % 2 == 0 else -1]:
-            times[name].append(time_steps(fn, warmup=0, steps=1, device=device))
+            times[name].append(seconds_per_call(fn, 1, device))
     medians = {name: statistics.median(t) for name, t in times.items()}
     return medians, medians.pop("forward")
 
 
-# --- one width, then the whole benchmark -------------------------------------------------------------
-
-
-def _prepare_data(cfg: DictConfig, device: torch.device) -> ImageDataModule:
-    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
-    datamodule.prepare_data()
-    datamodule.setup()
-    datamodule.train, datamodule.val, datamodule.test = (
-        Split(split.images.to(device), split.labels.to(device))
-        for split in (datamodule.train, datamodule.val, datamodule.test)
-    )
-    return datamodule
-
-
 def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = print) -> dict:
-    """Every figure for one width; the per-round values are kept beside their medians. ``folder``: where the
-    checkpoint is written (the disk a run's last.ckpt goes to)."""
-    device = torch.device(s.device)
+    """Every figure for one width, the per-round values beside their medians; ``folder``: where the checkpoint is
+    written (the disk a run's last.ckpt goes to)."""
     cfg = bench_config(s)
     torch.manual_seed(0)
-    datamodule = _prepare_data(cfg, device)
-    project, bare, data = [], [], []
+    datamodule = bench_data(cfg, s)
+    rounds: dict[str, list[float]] = {"project_step_s": [], "bare_step_s": [], "data_batch_s": []}
     for r in range(s.rounds):
-        order = (
-            ("project", project, lambda: time_project(cfg, datamodule, s)),
-            ("bare", bare, lambda: time_bare(cfg, datamodule, s)),
-        )
-        for _name, times, fn in order if r % 2 == 0 else order[::-1]:
-            times.append(fn())
-        data.append(time_data(datamodule, s))
+        loops = [("project_step_s", time_project), ("bare_step_s", time_bare)]
+        for key, time_loop in loops if r % 2 == 0 else loops[::-1]:
+            rounds[key].append(time_loop(cfg, datamodule, s))
+        rounds["data_batch_s"].append(time_data(datamodule, s))
+        project, bare, data = (times[-1] for times in rounds.values())
         log(
-            f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project[-1]:.1f} img/s, "
-            f"bare {s.batch_size / bare[-1]:.1f} img/s, data {1e3 * data[-1]:.2f} ms/batch"
+            f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project:.1f} img/s, "
+            f"bare {s.batch_size / bare:.1f} img/s, data {1e3 * data:.2f} ms/batch"
         )
 
-    model = build_vit(_vit_config(cfg, datamodule)).to(device)
-    images = datamodule.test.images[: s.analysis_images]  # (N, 3, S, S) uint8 on the device
-    labels = datamodule.test.labels[: s.analysis_images]
+    model = build_module(cfg, datamodule).model.to(s.device)
+    images, labels = datamodule.test.images[: s.analysis_images], datamodule.test.labels[: s.analysis_images]
     probe_s, forward_s = time_probes(model, images, labels, cfg, datamodule.stats, s.analysis_rounds)
-    analysis_s = probe_s["attention"]  # the per-head metrics: attention captured and reduced, against a forward pass
     per_1000 = {name: t * 1000 / len(images) for name, t in probe_s.items()}
     log(f"  [{s.width}] probes per 1,000 images: " + ", ".join(f"{n} {t:.2f} s" for n, t in per_1000.items()))
 
     # A few steps: their syncs are counted, not timed.
     costs = time_loop_costs(cfg, datamodule, replace(s, warmup=min(s.warmup, 2), steps=min(s.steps, 3)), folder)
+    syncs = costs["host_syncs_per_step"]
     log(
-        f"  [{s.width}] host syncs per step: train {costs['host_syncs_per_step']['train']:g}, "
-        f"eval {costs['host_syncs_per_step']['eval']:g}; last.ckpt {costs['checkpoint_mib']:.1f} MiB in "
-        f"{costs['checkpoint_s']:.2f} s"
+        f"  [{s.width}] host syncs per step: train {syncs['train']:g}, eval {syncs['eval']:g}; "
+        f"last.ckpt {costs['checkpoint_mib']:.1f} MiB in {costs['checkpoint_s']:.2f} s"
     )
 
-    project_step, bare_step, data_batch = (statistics.median(t) for t in (project, bare, data))
-    project_ips, bare_ips = s.batch_size / project_step, s.batch_size / bare_step
-    paired = statistics.median(b / p for p, b in zip(project, bare))  # each round's project/bare speed
-    epoch_s = CIFAR10_TRAIN_IMAGES / project_ips
+    project, bare, data = (statistics.median(t) for t in rounds.values())
+    paired = statistics.median(b / p for p, b in zip(rounds["project_step_s"], rounds["bare_step_s"]))
+    epoch_s, analysis_s = CIFAR10_TRAIN_IMAGES * project / s.batch_size, probe_s["attention"]
     return {
         "settings": asdict(s),
         "precision": cfg.trainer.precision,
         "parameters": num_parameters(model),
-        "project_images_per_s": project_ips,
-        "bare_images_per_s": bare_ips,
+        "project_images_per_s": s.batch_size / project,
+        "bare_images_per_s": s.batch_size / bare,
         "project_over_bare": paired,
-        "project_over_bare_of_medians": project_ips / bare_ips,
-        "project_step_s": project_step,
-        "bare_step_s": bare_step,
-        "data_batch_s": data_batch,
-        "data_share": data_batch / project_step,
+        "project_over_bare_of_medians": bare / project,
+        "project_step_s": project,
+        "bare_step_s": bare,
+        "data_batch_s": data,
+        "data_share": data / project,
         "epoch_s": epoch_s,
         "analysis_images": len(images),
-        "analysis_s": analysis_s,
+        "analysis_s": analysis_s,  # the attention probe: attention captured and reduced to per-head metrics
         "forward_s": forward_s,
         "analysis_over_forward": analysis_s / forward_s,
         "probe_s_per_1000_images": per_1000,
@@ -418,18 +368,33 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
         **costs,
         # Saves at epoch ends once checkpoint.min_interval_s has passed: one per interval, or per epoch if longer.
         "checkpoint_share": costs["checkpoint_s"] / max(epoch_s, float(cfg.checkpoint.min_interval_s)),
-        "rounds": {"project_step_s": project, "bare_step_s": bare, "data_batch_s": data},
+        "rounds": rounds,
         "meets_targets": {
             "project_over_bare": paired >= TARGETS["project_over_bare_min"],
-            "data_share": data_batch / project_step <= TARGETS["data_share_max"],
-            # The project's model only: at the tiny width a forward pass is ~40x cheaper, but the
-            # attention maps the analysis reduces are just as large (6 heads x 65 x 65 per layer).
+            "data_share": data / project <= TARGETS["data_share_max"],
+            # The project's model only: at the tiny width a forward pass is ~40x cheaper, but the attention maps the
+            # analysis reduces are just as large (6 heads x 65 x 65 per layer).
             "analysis_over_forward": (
                 analysis_s / forward_s <= TARGETS["analysis_over_forward_max"] if s.width == "full" else None
             ),
-            "host_syncs": max(costs["host_syncs_per_step"].values()) <= TARGETS["host_syncs_per_step_max"],
+            "host_syncs": max(syncs.values()) <= TARGETS["host_syncs_per_step_max"],
             "probes_over_epoch": sum(per_1000.values()) <= TARGETS["probes_over_epoch_max"] * epoch_s,
         },
+    }
+
+
+def machine(device: str) -> dict:
+    """The device's name and the versions the figures were measured with."""
+    import timm
+
+    return {
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "lightning": L.__version__,
+        "timm": timm.__version__,
+        "cpu_threads": torch.get_num_threads(),
     }
 
 
@@ -440,8 +405,8 @@ def run_benchmark(
     log: Callable[[str], None] = print,
     folder: Path = Path("outputs"),
 ) -> dict:
-    """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2). Checkpoints
-    are written (and removed) in ``folder``."""
+    """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2). Checkpoints are
+    written (and removed) in ``folder``."""
     results = {}
     for width in widths:
         s = replace(settings_for(width, device), **(overrides or {}))
@@ -450,69 +415,37 @@ def run_benchmark(
             f"{s.rounds} rounds, on {device}"
         )
         results[width] = bench_width(s, folder, log)
-    return {
-        "device": device,
-        "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "lightning": L.__version__,
-        "cpu_threads": torch.get_num_threads(),
-        "targets": TARGETS,
-        "widths": results,
-    }
+    return {"device": device, **machine(device), "targets": TARGETS, "widths": results}
 
 
 def format_table(report: dict) -> str:
-    """The figures of every width as a plain-text table, each against its target."""
+    """The figures of every width as a plain-text table, each against its target: a row's cell is its format string
+    filled with the width's figures, or what its function makes of them."""
+    t, widths = TARGETS, report["widths"]
+    probes = next(iter(widths.values()))["probe_s_per_1000_images"]
     rows = [
-        ("project images/s", lambda r: f"{r['project_images_per_s']:.1f}", ""),
-        ("bare loop images/s", lambda r: f"{r['bare_images_per_s']:.1f}", ""),
-        (
-            "project / bare (paired)",
-            lambda r: f"{r['project_over_bare']:.3f}",
-            f">= {TARGETS['project_over_bare_min']}",
-        ),
+        ("project images/s", "{project_images_per_s:.1f}", ""),
+        ("bare loop images/s", "{bare_images_per_s:.1f}", ""),
+        ("project / bare (paired)", "{project_over_bare:.3f}", f">= {t['project_over_bare_min']}"),
         ("data pipeline ms/batch", lambda r: f"{1e3 * r['data_batch_s']:.2f}", ""),
-        (
-            "data share of a step",
-            lambda r: f"{100 * r['data_share']:.2f}%",
-            f"<= {100 * TARGETS['data_share_max']:.0f}%",
-        ),
+        ("data share of a step", "{data_share:.2%}", f"<= {t['data_share_max']:.0%}"),
         ("CIFAR-10 epoch (45k)", lambda r: _duration(r["epoch_s"]), ""),
-        ("attention probe s (N images)", lambda r: f"{r['analysis_s']:.2f} ({r['analysis_images']})", ""),
-        ("forward s (N images)", lambda r: f"{r['forward_s']:.2f} ({r['analysis_images']})", ""),
-        (
-            "attention probe / forward",
-            lambda r: f"{r['analysis_over_forward']:.2f}x",
-            f"<= {TARGETS['analysis_over_forward_max']}x (full)",
-        ),
-        *(
-            (f"probe {name} s / 1k images", lambda r, n=name: _probe(r, n), "")
-            for name in next(iter(report["widths"].values())).get("probe_s_per_1000_images", {})
-        ),
-        (
-            "all probes / epoch",
-            lambda r: f"{r['probes_over_epoch']:.3f}",
-            f"<= {TARGETS['probes_over_epoch_max']:g}",
-        ),
+        ("attention probe s (N images)", "{analysis_s:.2f} ({analysis_images})", ""),
+        ("forward s (N images)", "{forward_s:.2f} ({analysis_images})", ""),
+        ("attention probe / forward", "{analysis_over_forward:.2f}x", f"<= {t['analysis_over_forward_max']}x (full)"),
+        *((f"probe {name} s / 1k images", lambda r, n=name: _probe(r, n), "") for name in probes),
+        ("all probes / epoch", "{probes_over_epoch:.3f}", f"<= {t['probes_over_epoch_max']:g}"),
         ("host syncs / train step", lambda r: _syncs(r, "train"), "0"),
         ("host syncs / eval step", lambda r: _syncs(r, "eval"), "0"),
-        ("last.ckpt write + fsync", lambda r: f"{r['checkpoint_s']:.2f} s ({r['checkpoint_mib']:.0f} MiB)", ""),
-        (
-            "checkpoint share of training",
-            lambda r: f"{100 * r['checkpoint_share']:.2f}%",
-            f"<= {100 * TARGETS['checkpoint_share_max']:.0f}%",
-        ),
+        ("last.ckpt write + fsync", "{checkpoint_s:.2f} s ({checkpoint_mib:.0f} MiB)", ""),
+        ("checkpoint share of training", "{checkpoint_share:.2%}", f"<= {t['checkpoint_share_max']:.0%}"),
     ]
-    widths = report["widths"]
-    header = [
-        "",
-        *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items()),
-        "target",
-    ]
-    body = [[label, *(fmt(r) for r in widths.values()), target] for label, fmt, target in rows]
-    cols = list(zip(header, *body))
-    sizes = [max(len(c) for c in col) for col in cols]
-    lines = [" | ".join(cell.ljust(n) for cell, n in zip(line, sizes)) for line in (header, *body)]
+    head = ["", *(f"{w} (d={r['settings']['embed_dim']}, B={r['settings']['batch_size']})" for w, r in widths.items())]
+    table = [[*head, "target"]]
+    for label, cell, target in rows:
+        table.append([label, *(cell(r) if callable(cell) else cell.format(**r) for r in widths.values()), target])
+    sizes = [max(len(cell) for cell in column) for column in zip(*table)]
+    lines = [" | ".join(cell.ljust(n) for cell, n in zip(line, sizes)) for line in table]
     lines.insert(1, "-+-".join("-" * n for n in sizes))
     title = (
         f"benchmark on {report['device']} ({report['device_name']}, torch {report['torch']}, "
@@ -530,13 +463,10 @@ def _syncs(figures: dict, step: str) -> str:
 def _probe(figures: dict, name: str) -> str:
     """A probe's seconds per 1,000 images, and the images it was measured on where fewer."""
     measured = figures["analysis_images"]
-    scaled = f" (from {measured})" if measured != 1000 else ""
-    return f"{figures['probe_s_per_1000_images'][name]:.2f}{scaled}"
+    return f"{figures['probe_s_per_1000_images'][name]:.2f}" + (f" (from {measured})" if measured != 1000 else "")
 
 
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

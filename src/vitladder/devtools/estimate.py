@@ -1,7 +1,7 @@
-"""How long a ladder will take on this machine: a few timed training steps per model shape, and one checkpoint
-of that model written where the run's will be, times the saves its checkpoint interval makes; and the configured
-probes, timed by the benchmark on a few images of that shape, for the final analysis on ``analysis.num_images``
-and the tracking of every tracked epoch."""
+"""How long a ladder will take on this machine, before anything trains (scripts/ladder.py). Per model shape, a few
+timed training steps and one checkpoint written where the run's will go, counted by the run's epochs and checkpoint
+interval (docs/design.md §6); the configured probes and their tracking, counted by the images and epochs the run
+analyses (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ from omegaconf import DictConfig, OmegaConf
 from vitladder.atomic import save_torch
 from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, on_cuda
+from vitladder.data.augment import normalize
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.stats import ChannelStats
-from vitladder.devtools.benchmark import TRACK, time_probes
-from vitladder.devtools.timing import bare_step, time_steps
+from vitladder.devtools.benchmark import TRACK, bare_step, seconds_per_call, time_probes
 from vitladder.model import ViTConfig, build_vit
 from vitladder.training.checkpoint_io import saves_in
 
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 6.0  # start-up, W&B and the files of one run
-PROBE_IMAGES = (2, 8)  # the probes are timed on this many images, then on this many: a fixed and a per-image cost
+PROBE_IMAGES = (2, 16)  # a probe is timed on this many images, then this many: a fixed and a per-image cost
 
 
 @dataclass(frozen=True)
@@ -39,20 +40,18 @@ class StepCost:
 def step_cost(
     vit: ViTConfig, batch_size: int, device: str, folder: str, precision: str = "32-true", fused: bool = False
 ) -> StepCost:
-    """Times a few AdamW steps of the model (on the CPU with at most 64 images, to stay short) in the run's
-    ``precision`` and AdamW (``fused`` or not), then one save of its weights and optimizer state (what last.ckpt
-    holds) into a temporary folder in ``folder``."""
+    """One warm-up and two timed AdamW steps of the model in the run's precision and AdamW, then one save of what
+    last.ckpt holds (weights and AdamW state) into a temporary folder in ``folder``."""
     model = build_vit(vit).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
-    batch = batch_size if device == "cuda" else min(batch_size, 64)
+    batch = batch_size if device == "cuda" else min(batch_size, 64)  # on the CPU, few images to stay short
     images = torch.randn(batch, 3, vit.img_size, vit.img_size, device=device)
     labels = torch.randint(0, vit.num_classes, (batch,), device=device)
     step = bare_step(model, optimizer, torch.nn.functional.cross_entropy, torch.device(device), precision)
-    # One warm-up step (allocations, kernel selection), two timed: on the CPU their median is their mean.
-    per_image = time_steps(lambda: step(images, labels), warmup=1, steps=2, device=torch.device(device)) / batch
+    per_image = seconds_per_call(lambda: step(images, labels), 2, device, warmup=1) / batch
     state = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
     with tempfile.TemporaryDirectory(dir=folder, prefix=".estimate-") as tmp:
-        checkpoint_s = time_steps(lambda: save_torch(state, Path(tmp) / "last.ckpt"), 0, 1, torch.device(device))
+        checkpoint_s = seconds_per_call(lambda: save_torch(state, Path(tmp) / "last.ckpt"), 1, device)
     return StepCost(per_image, checkpoint_s)
 
 
@@ -70,28 +69,44 @@ class ProbeCost:
 
 @cache
 def probe_costs(vit: ViTConfig, device: str, analysis: str) -> dict[str, ProbeCost]:
-    """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and
-    ``benchmark.TRACK`` (the tracking), timed by the benchmark's ``time_probes`` on the model's shape and device on
-    ``PROBE_IMAGES[0]`` random images, then ``PROBE_IMAGES[1]``, then the first number again: the line through the
-    shorter of the two few-image times (the first pays the first-call costs, the process's first figures and
-    allocations; other work on the machine only adds time) and the many-image time."""
-    model = build_vit(vit).to(device)
+    """Each probe of ``analysis`` (the run's probes, settings and batch size, as JSON: a cache key) and ``TRACK``,
+    timed by the benchmark's ``time_probes`` on random images of the model's shape, on its device.
+
+    A run's probe takes its images in batches of ``analysis.batch_size`` on every thread, a few milliseconds an
+    image. On a few images the threads cost more than they do, and that overhead swings with the other work on the
+    machine: a line through such timings once counted 0.84 s an image. So the probes are timed on one thread, where
+    an image costs the same in a small batch as in a large one: on ``PROBE_IMAGES[0]``, ``[1]``, then ``[0]`` again
+    (the shorter counts: the first pays the first-call costs); the per-image part of the line through them is then
+    divided by the speed-up the threads give a plain forward pass over one analysis batch."""
+    model = build_vit(vit).to(device).eval()
     cfg = OmegaConf.create(
         {"analysis": json.loads(analysis), "rung": "estimate", "model": {"patch_size": vit.patch_size}}
     )
-    images = torch.randint(0, 256, (max(PROBE_IMAGES), 3, vit.img_size, vit.img_size), dtype=torch.uint8)
-    labels = torch.randint(0, vit.num_classes, (len(images),))
-    images, labels, stats = images.to(device), labels.to(device), ChannelStats((0.5,) * 3, (0.25,) * 3)
+    few, many, batch = *PROBE_IMAGES, int(cfg.analysis.batch_size)
+    size = (max(many, batch), 3, vit.img_size, vit.img_size)
+    images = torch.randint(0, 256, size, dtype=torch.uint8, device=device)
+    labels = torch.randint(0, vit.num_classes, size[:1], device=device)
+    stats = ChannelStats((0.5,) * 3, (0.25,) * 3)
 
-    def timed(n: int) -> dict[str, float]:
-        return time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
+    @torch.no_grad()
+    def forward_s() -> float:
+        return seconds_per_call(lambda: model(normalize(images[:batch], stats.mean, stats.std)), 1, device, warmup=1)
 
-    first, more, again = (timed(n) for n in (PROBE_IMAGES[0], PROBE_IMAGES[1], PROBE_IMAGES[0]))
-    few = {name: min(first[name], again[name]) for name in first}
+    threads, on_all_threads = torch.get_num_threads(), forward_s()
+    torch.set_num_threads(1)
+    try:
+        speedup = forward_s() / on_all_threads
+        first, more, again = (
+            time_probes(model, images[:n], labels[:n], cfg, stats, rounds=1, track=True, warmup=False)[0]
+            for n in (few, many, few)
+        )
+    finally:
+        torch.set_num_threads(threads)
     costs = {}
-    for name in few:
-        per_image = max(more[name] - few[name], 0.0) / (PROBE_IMAGES[1] - PROBE_IMAGES[0])
-        costs[name] = ProbeCost(max(few[name] - per_image * PROBE_IMAGES[0], 0.0), per_image)
+    for name, more_s in more.items():
+        few_s = min(first[name], again[name])
+        per_image = max(more_s - few_s, 0.0) / (many - few)
+        costs[name] = ProbeCost(max(few_s - per_image * few, 0.0), per_image / speedup)
     return costs
 
 
@@ -108,15 +123,8 @@ class DataShape:
 
 def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
     device = "cuda" if on_cuda(cfg.trainer.accelerator) else "cpu"
-    vit = ViTConfig(
-        patch_size=int(cfg.model.patch_size),
-        embed_dim=int(cfg.model.embed_dim),
-        depth=int(cfg.model.depth),
-        num_heads=int(cfg.model.num_heads),
-        mlp_ratio=float(cfg.model.mlp_ratio),
-        img_size=data.image_size,
-        num_classes=data.num_classes,
-    )
+    shape = {key: cfg.model[key] for key in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio")}
+    vit = ViTConfig(**shape, img_size=data.image_size, num_classes=data.num_classes)
     folder = str(existing_folder(Path(cfg.run_dir)))
     cost = step_cost(vit, int(cfg.data.batch_size), device, folder, str(cfg.trainer.precision), fused_adamw(cfg))
     epochs, _ = scaled_epochs(cfg)
@@ -128,8 +136,8 @@ def estimate_run_seconds(cfg: DictConfig, data: DataShape) -> float:
 
 
 def analysis_seconds(cfg: DictConfig, data: DataShape, vit: ViTConfig, device: str, epochs: int) -> float:
-    """The final analysis (each probe on the first ``analysis.num_images`` test images, or fewer where its
-    ``images`` setting says so) and the tracking (at the start and every ``track_every_n_epochs``)."""
+    """The final analysis (each probe on the first ``analysis.num_images`` test images, or fewer where its ``images``
+    setting says so) and the tracking (at the start and every ``track_every_n_epochs``)."""
     analysis = OmegaConf.to_container(cfg.analysis, resolve=True)
     if not analysis["enabled"]:
         return 0.0
@@ -155,27 +163,16 @@ def existing_folder(path: Path) -> Path:
 
 
 def data_shape(cfg: DictConfig) -> DataShape:
-    """The shape of a run's data, loading (or downloading) it: the process keeps it for the runs that follow
-    (data.sources.load)."""
-    from vitladder.data import sources
-
-    splits = sources.load(cfg.data)
-    num_val = int(cfg.data.val_size)
-    num_train = len(splits.train_labels) - num_val
-    if cfg.data.train_subset:
-        num_train = min(num_train, int(cfg.data.train_subset))
-    num_test = len(splits.test_labels)
-    if cfg.data.test_subset:
-        num_test = min(num_test, int(cfg.data.test_subset))
-    return DataShape(num_train, num_val, num_test, splits.image_size, splits.num_classes)
+    """The shape of a run's data as its datamodule splits it, loaded (or downloaded) once for every run that follows
+    in the process."""
+    data = ImageDataModule(cfg.data, seed=int(cfg.seed))
+    data.setup()
+    return DataShape(*(len(s.labels) for s in (data.train, data.val, data.test)), data.image_size, data.num_classes)
 
 
 def estimate_ladder(cfgs: Sequence[DictConfig]) -> list[float]:
     shapes: dict[str, DataShape] = {}
-    estimates = []
     for cfg in cfgs:
-        key = str(cfg.data)
-        if key not in shapes:
-            shapes[key] = data_shape(cfg)
-        estimates.append(estimate_run_seconds(cfg, shapes[key]))
-    return estimates
+        if str(cfg.data) not in shapes:
+            shapes[str(cfg.data)] = data_shape(cfg)
+    return [estimate_run_seconds(cfg, shapes[str(cfg.data)]) for cfg in cfgs]

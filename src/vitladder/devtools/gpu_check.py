@@ -1,39 +1,29 @@
-"""One prepared check of a GPU machine, within a budget of seconds, with the project's own code throughout:
-
-1. **benchmark**: the top rung's training step at its batch (128) and precision (bf16-mixed on CUDA), eager and
-   ``torch.compile``d: ``benchmark.time_project``, the Lightning path every run takes; then the host syncs per
-   training and evaluation step and one ``last.ckpt`` written and fsynced (``benchmark.time_loop_costs``);
-2. **train**: the ``epochs200`` recipe (``train_rung``) with as many of its 200 epochs as the measured speed and
-   checkpoint cost fit into what is left of the budget (``profile.epoch_scale`` shortens the schedule, warmup
-   included), with ``trainer.max_time`` as the hard stop; it saves ``last.ckpt`` at the profile's interval, tests,
-   and analyses the first test images, as every run does;
-3. **report**: the ladder report of that one run (``distance_by_layer.png`` among its figures) and ``gpu_check.md``.
-
-``gpu_check.json`` is rewritten after each phase, so a crash keeps what was measured before it (and says where it
-failed).
-
-``smoke=True`` runs the same path at the smoke profile's width on whatever device there is (the CPU rehearsal).
-"""
+"""One prepared check of a GPU machine within a budget of seconds, with the project's own code (``make gpu-check``):
+the top rung's training step benchmarked eager and ``torch.compile``d (``benchmark.time_project``, the path every run
+takes), with its host syncs and one ``last.ckpt``; the ``epochs200`` recipe trained (``train_rung``) for as many of
+its epochs as the measured speed and checkpoints fit into the rest of the budget (``profile.epoch_scale`` shortens the
+schedule, warmup included; ``trainer.max_time`` is the hard stop), tested and analysed as every run is; then the
+ladder report of that one run and ``gpu_check.md``. ``gpu_check.json`` is rewritten after each phase, so a crash
+keeps what was measured before it and says where it came. ``smoke=True``: the same path at the smoke profile's width
+on whatever device there is (the CPU rehearsal)."""
 
 from __future__ import annotations
 
-import platform
 import shutil
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig
 
 from vitladder.analysis.outputs import read_csv
 from vitladder.atomic import write_json, write_text
 from vitladder.config import compose_rung, get_rung, scaled_epochs
 from vitladder.cuda_choices import fused_adamw, on_cuda, run_choices
-from vitladder.data.datamodule import ImageDataModule
-from vitladder.devtools.benchmark import BenchSettings, time_loop_costs, time_project
+from vitladder.devtools.benchmark import BenchSettings, bench_data, machine, time_loop_costs, time_project
 from vitladder.devtools.estimate import EVAL_COST
 from vitladder.errors import UserError
 from vitladder.pipeline import train_rung
@@ -61,21 +51,9 @@ class CheckOptions:
     overrides: tuple[str, ...] = ()  # more Hydra overrides for every config of the check
 
 
-@dataclass
-class Measured:
-    """One benchmarked setting."""
-
-    images_per_s: float
-    step_s: float
-    startup_s: float  # the benchmark's wall time beyond its timed steps: trainer, data, compile
-    epochs: int = 0  # what the rest of the budget fits at this speed
-
-
-@dataclass
 class Clock:
-    budget_s: float
-    started: float = field(default_factory=time.perf_counter)
-    phases: dict[str, float] = field(default_factory=dict)
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s, self.started, self.phases = budget_s, time.perf_counter(), {}
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -83,28 +61,22 @@ class Clock:
     def left(self) -> float:
         return self.budget_s - self.elapsed()
 
-    def phase(self, name: str, since: float) -> None:
-        self.phases[name] = round(time.perf_counter() - since, 1)
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        since = self.elapsed()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.elapsed() - since, 1)
 
 
 def compose(options: CheckOptions, *extra: str) -> DictConfig:
     """The top rung's config for the check: the full profile (or smoke), one device, no W&B; checkpoints as the
     profile saves them."""
     data = ["data=synthetic"] if options.data == "synthetic" else ["data=imagefolder", f"data.root={options.data}"]
-    return compose_rung(
-        RUNG,
-        [
-            *(["profile=smoke"] if options.smoke else []),
-            *data,
-            "trainer.devices=1",
-            "trainer.enable_progress_bar=false",
-            "wandb.mode=disabled",
-            "ladder=gpu-check",
-            f"run_dir={options.out / RUNG}",
-            *options.overrides,
-            *extra,
-        ],
-    )
+    profile = ["profile=smoke"] if options.smoke else []
+    run = ["trainer.devices=1", "trainer.enable_progress_bar=false", "wandb.mode=disabled", "ladder=gpu-check"]
+    return compose_rung(RUNG, [*profile, *data, *run, f"run_dir={options.out / RUNG}", *options.overrides, *extra])
 
 
 def epoch_seconds(images_per_s: float, num_train: int, num_val: int) -> float:
@@ -132,167 +104,106 @@ def plan_epochs(
 
 def max_time(seconds: float) -> str:
     """``trainer.max_time`` as DD:HH:MM:SS, at least one second."""
-    total = max(1, int(seconds))
-    days, rest = divmod(total, 86_400)
-    return f"{days:02d}:{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    days, rest = divmod(max(1, int(seconds)), 86_400)
+    return f"{days:02d}:{time.strftime('%H:%M:%S', time.gmtime(rest))}"
 
 
-def choose(measured: dict[str, Measured]) -> str:
+def choose(measured: dict[str, dict]) -> str:
     """The setting that trains the most epochs in the budget; the faster one when they tie."""
-    return max(measured, key=lambda name: (measured[name].epochs, measured[name].images_per_s))
+    return max(measured, key=lambda name: (measured[name]["epochs_in_budget"], measured[name]["images_per_s"]))
 
 
-def device_info() -> dict:
-    import lightning
-    import timm
-
-    cuda = torch.cuda.is_available()
-    return {
-        "device": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
-        "device_type": "cuda" if cuda else "cpu",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "lightning": lightning.__version__,
-        "timm": timm.__version__,
-        "cpu_threads": torch.get_num_threads(),
-    }
-
-
-def _can_compile(device: str) -> str | None:
-    """Why torch.compile cannot run here, or None. Inductor builds CPU kernels with a C++ compiler."""
-    if device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+def why_not(name: str, device: str, clock: Clock) -> str | None:
+    """Why setting ``name`` is not benchmarked here, or None. Inductor builds CPU kernels with a C++ compiler."""
+    if SETTINGS[name] and device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         return "no C++ compiler for inductor's CPU kernels"
+    if SETTINGS[name] and clock.left() < 0.4 * clock.budget_s:
+        return f"{clock.left():.0f} s left of the budget: no time to compile"
     return None
 
 
-def benchmark(
-    options: CheckOptions, clock: Clock, device: str, log: Callable[[str], None]
-) -> tuple[dict[str, Measured], dict[str, str], dict, ImageDataModule]:
-    """(measured settings, skipped settings with why, the loop's host syncs and checkpoint cost, the data) for the
-    top rung's training step."""
-    measured: dict[str, Measured] = {}
+def benchmark(options: CheckOptions, clock: Clock, device: str, log: Callable[[str], None]):
+    """(each benchmarked setting's figures, the settings skipped with why, the loop's host syncs and checkpoint cost,
+    the training and validation images)."""
+    measured: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     cfg = compose(options)
-    datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
-    datamodule.prepare_data()
-    datamodule.setup()
-    steps = (10, 40) if device == "cuda" else (3, 10)  # warm-up, timed
-    eager = BenchSettings(
-        "full" if not options.smoke else "tiny",
-        int(cfg.model.embed_dim),
-        device,
-        int(cfg.data.batch_size),
-        warmup=steps[0],
-        steps=steps[1],
-        rounds=1,
-        rung=RUNG,
-    )
+    warmup, steps = (10, 40) if device == "cuda" else (3, 10)
+    width = ("tiny" if options.smoke else "full", int(cfg.model.embed_dim))
+    s = BenchSettings(*width, device, int(cfg.data.batch_size), warmup, steps, rounds=1, rung=RUNG)
+    datamodule = bench_data(cfg, s)
     for name in options.settings:
-        reason = _can_compile(device) if SETTINGS[name] else None
-        if reason is None and SETTINGS[name] and clock.left() < 0.4 * clock.budget_s:
-            reason = f"{clock.left():.0f} s left of the budget: no time to compile"
-        if reason:
+        if reason := why_not(name, device, clock):
             skipped[name] = reason
             log(f"benchmark {name}: skipped ({reason})")
             continue
-        setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
-        s = replace(eager, compile=SETTINGS[name])
         started = time.perf_counter()
         try:
-            step_s = time_project(setting_cfg, datamodule, s)
+            setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
+            step_s = time_project(setting_cfg, datamodule, replace(s, compile=SETTINGS[name]))
         except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
             if not measured and name == options.settings[-1]:
                 raise
             skipped[name] = f"failed: {type(error).__name__}: {first_line(error)}"
             log(f"benchmark {name}: {skipped[name]}")
             continue
-        wall = time.perf_counter() - started
-        measured[name] = Measured(s.batch_size / step_s, step_s, max(0.0, wall - (sum(steps) + 1) * step_s))
+        startup = max(0.0, time.perf_counter() - started - (warmup + steps + 1) * step_s)  # trainer, data, compile
+        measured[name] = {"images_per_s": round(s.batch_size / step_s, 1), "step_ms": round(1e3 * step_s, 3)}
+        measured[name]["startup_s"] = round(startup, 1)
         log(
-            f"benchmark {name}: {measured[name].images_per_s:,.0f} images/s ({1e3 * step_s:.1f} ms a step of "
-            f"{s.batch_size}), {measured[name].startup_s:.1f} s to start"
+            f"benchmark {name}: {s.batch_size / step_s:,.0f} images/s ({1e3 * step_s:.1f} ms a step of "
+            f"{s.batch_size}), {startup:.1f} s to start"
         )
     if not measured:
         raise UserError(f"no setting could be benchmarked ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
     # Eager: the syncs are the loop's, and a checkpoint is the same compiled or not.
-    loop = time_loop_costs(cfg, datamodule, replace(eager, warmup=2, steps=3), options.out)
+    loop = time_loop_costs(cfg, datamodule, replace(s, warmup=2, steps=3), options.out)
+    cuda = f", CUDA {loop['cuda_syncs_per_step']}" if loop["cuda_syncs_per_step"] else ""
     log(
-        f"loop: host syncs per step {loop['host_syncs_per_step']}"
-        + (f", CUDA {loop['cuda_syncs_per_step']}" if loop["cuda_syncs_per_step"] else "")
-        + f"; last.ckpt {loop['checkpoint_mib']:.0f} MiB written and fsynced in {loop['checkpoint_s']:.2f} s"
+        f"loop: host syncs per step {loop['host_syncs_per_step']}{cuda}; last.ckpt {loop['checkpoint_mib']:.0f} MiB "
+        f"written and fsynced in {loop['checkpoint_s']:.2f} s"
     )
-    return measured, skipped, loop, datamodule
+    return measured, skipped, loop, (len(datamodule.train.labels), len(datamodule.val.labels))
 
 
 def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
-    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds, which is rewritten
-    after each phase (a crash keeps what was measured, and says in which phase it came)."""
+    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds."""
     clock = Clock(options.budget_s)
     base = compose(options)
     device = "cuda" if on_cuda(base.trainer.accelerator) else "cpu"
     if device == "cpu" and not options.smoke:
         raise UserError("no CUDA device is visible: run this on a GPU machine, or --smoke for the CPU rehearsal")
-    precision = str(base.trainer.precision)
+    info = machine(device)
     choices = {"fused_adamw": fused_adamw(base), "tf32": run_choices(base).tf32}  # what the run takes (cuda_choices)
-    result = {
-        **device_info(),
-        "smoke": options.smoke,
-        "budget_s": options.budget_s,
-        "precision": precision,
-        **choices,
-        "batch_size": int(base.data.batch_size),
-        "width": int(base.model.embed_dim),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-    }
+    precision, batch = str(base.trainer.precision), int(base.data.batch_size)
+    result = {"device": info.pop("device_name"), "device_type": device, **info, "smoke": options.smoke}
+    result |= {"budget_s": options.budget_s, "precision": precision, **choices, "batch_size": batch}
+    result |= {"width": int(base.model.embed_dim), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
 
     def save() -> None:
-        result["phases_s"] = dict(clock.phases)
-        result["wall_s"] = round(clock.elapsed(), 1)
+        result.update(phases_s=dict(clock.phases), wall_s=round(clock.elapsed(), 1))
         write_json(options.out / "gpu_check.json", result)
 
-    since = time.perf_counter()
-    measured, skipped, loop, datamodule = benchmark(options, clock, device, log)
-    num_train, num_val = len(datamodule.train.labels), len(datamodule.val.labels)
-    del datamodule  # train_rung loads its own (from the decoded-image cache)
-    clock.phase("benchmark", since)
-    best_speed = max(measured, key=lambda name: measured[name].images_per_s)
-    result.update(
-        benchmark={
-            name: {
-                "images_per_s": round(m.images_per_s, 1),
-                "step_ms": round(1e3 * m.step_s, 3),
-                "startup_s": round(m.startup_s, 1),
-            }
-            for name, m in measured.items()
-        },
-        skipped=skipped,
-        best={
-            "setting": best_speed,
-            "images_per_s": round(measured[best_speed].images_per_s, 1),
-            "compile": SETTINGS[best_speed],
-            "precision": precision,
-            **choices,
-        },
-        targets={**TARGETS, "met": measured[best_speed].images_per_s >= TARGETS["images_per_s_min"]},
-        host_syncs_per_step=loop["host_syncs_per_step"],
-        cuda_syncs_per_step=loop["cuda_syncs_per_step"],
-    )
+    with clock.phase("benchmark"):
+        measured, skipped, loop, (num_train, num_val) = benchmark(options, clock, device, log)
+    fastest = max(measured, key=lambda name: measured[name]["images_per_s"])
+    best = {"setting": fastest, "images_per_s": measured[fastest]["images_per_s"], "compile": SETTINGS[fastest]}
+    result |= {"benchmark": measured, "skipped": skipped, "best": {**best, "precision": precision, **choices}}
+    result["targets"] = {**TARGETS, "met": measured[fastest]["images_per_s"] >= TARGETS["images_per_s_min"]}
+    result |= {key: loop[key] for key in ("host_syncs_per_step", "cuda_syncs_per_step")}
     save()
 
-    # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it,
-    # and the checkpoints they save at the profile's interval.
-    full_epochs, _ = scaled_epochs(base)
-    train_s = clock.left() - RESERVE_S
+    # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it, and the
+    # checkpoints they save at the profile's interval.
+    full_epochs, train_s = scaled_epochs(base)[0], clock.left() - RESERVE_S
     every_n, interval_s = int(base.checkpoint.every_n_epochs), float(base.checkpoint.min_interval_s)
     for name, m in measured.items():
-        start = RUN_START_S + (COMPILE_REUSE * m.startup_s if SETTINGS[name] else 0.0)
+        left = train_s - RUN_START_S - (COMPILE_REUSE * m["startup_s"] if SETTINGS[name] else 0.0)
         checkpoint = (loop["checkpoint_s"], every_n, interval_s)
-        m.epochs = plan_epochs(train_s - start, m.images_per_s, num_train, num_val, full_epochs, checkpoint)
-        result["benchmark"][name]["epochs_in_budget"] = m.epochs
+        m["epochs_in_budget"] = plan_epochs(left, m["images_per_s"], num_train, num_val, full_epochs, checkpoint)
     setting = choose(measured)
-    epochs = measured[setting].epochs
-    epoch_s = epoch_seconds(measured[setting].images_per_s, num_train, num_val)
+    epochs = measured[setting]["epochs_in_budget"]
+    epoch_s = epoch_seconds(measured[setting]["images_per_s"], num_train, num_val)
     saves = saves_in(epochs, epoch_s, every_n, interval_s)
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, {saves} checkpoints, within {train_s:.0f} s")
     result["checkpoint"] = {
@@ -309,13 +220,12 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         "epochs_planned": epochs,
         "epochs_of_recipe": full_epochs,
         "max_time": max_time(train_s),
-        "steps_planned": epochs * (num_train // int(base.data.batch_size)),
+        "steps_planned": epochs * (num_train // batch),
         "source": options.data,
         "train_images": num_train,
         "val_images": num_val,
     }
 
-    since = time.perf_counter()
     cfg = compose(
         options,
         f"speed.compile={str(SETTINGS[setting]).lower()}",
@@ -324,15 +234,14 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     )
     paths = RunPaths(Path(cfg.run_dir))
     try:
-        summary = train_rung(cfg)
+        with clock.phase("train_test_analyse"):
+            summary = train_rung(cfg)
     except Exception as error:
-        clock.phase("train_test_analyse", since)
         result["train"].update(trained_so_far(paths))
         phase = "analysis" if "test_acc" in result["train"] else "training"
         result["failed"] = {"phase": phase, "error": f"{type(error).__name__}: {first_line(error)}"}
         save()
         raise
-    clock.phase("train_test_analyse", since)
     result["train"].update(
         epochs_trained=summary["epochs"],  # a fraction when max_time stopped the last epoch part way
         steps_trained=summary["steps"],
@@ -342,35 +251,19 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         data=summary["data"],
         test_images=summary["test_images"],
     )
-    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
     shown = ("distance_px", "distance_drop_px", "entropy_nats")
-    result.update(
-        test_acc=summary["test_acc"],
-        val_acc=summary["val_acc"],
-        analysis={
-            "images": summary.get("analysis_images"),
-            "analysed": analysed(summary),
-            "layers": [
-                {"layer": int(r["layer"]), **{key: float(r[key]) for key in shown}} for r in read_csv(paths.layers_csv)
-            ],
-            "layer1_distance_px": summary.get("layer1_distance_px"),
-            "uniform_distance_px": summary.get("uniform_distance_px"),
-            "layer1_entropy_nats": summary.get("layer1_entropy_nats"),
-            "layer1_distance_drop_px": summary.get("layer1_distance_drop_px"),
-            "uniform_distance_drop_px": summary.get("uniform_distance_drop_px"),
-        },
-        reference={
-            "test_acc": reference["test_acc"],
-            "epochs": reference["epochs"],
-            "layer1_distance_px": reference["layer1_distance_px"],
-        },
-        differs=differences(summary, reference["epochs"]),  # from the article's setting, in words
-    )
+    layers = [{"layer": int(row["layer"]), **{k: float(row[k]) for k in shown}} for row in read_csv(paths.layers_csv)]
+    scalars = ("layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats", "layer1_distance_drop_px")
+    result |= {"test_acc": summary["test_acc"], "val_acc": summary["val_acc"]}
+    result["analysis"] = {"images": summary.get("analysis_images"), "analysed": analysed(summary), "layers": layers}
+    result["analysis"] |= {key: summary.get(key) for key in (*scalars, "uniform_distance_drop_px")}
+    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
+    result["reference"] = {key: reference[key] for key in ("test_acc", "epochs", "layer1_distance_px")}
+    result["differs"] = differences(summary, reference["epochs"])  # from the article's setting, in words
     save()
 
-    since = time.perf_counter()
-    report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
-    clock.phase("report", since)
+    with clock.phase("report"):
+        report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
     save()
     write_text(options.out / "gpu_check.md", markdown(result, report.name))
     return result
@@ -396,13 +289,15 @@ def trained_so_far(paths: RunPaths) -> dict:
 
 def markdown(r: dict, report_name: str) -> str:
     """The short human summary of gpu_check.json."""
-    rows = "\n".join(
-        f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | {m['epochs_in_budget']} |"
-        for name, m in r["benchmark"].items()
-    )
     t, a, c, syncs = r["train"], r["analysis"], r["checkpoint"], r["host_syncs_per_step"]
     cuda = r["cuda_syncs_per_step"]
     cuda = f" (CUDA's sync debug mode: {cuda['train']:g}, {cuda['eval']:g})" if cuda else ""
+    schedule = "the recipe's whole schedule"
+    if t["epochs_planned"] != t["epochs_of_recipe"]:
+        schedule = (
+            f"the recipe's {t['epochs_of_recipe']}-epoch schedule shortened to fit, warmup included: "
+            f"{t['warmup_epochs']:g} warmup epochs, not {t['warmup_epochs_of_recipe']:g}"
+        )
     lines = [
         f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}",
         "",
@@ -414,7 +309,11 @@ def markdown(r: dict, report_name: str) -> str:
         "",
         "| setting | images/s | ms/step | start-up s | epochs in budget |",
         "|---|---|---|---|---|",
-        rows,
+        *(
+            f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | "
+            f"{m['epochs_in_budget']} |"
+            for name, m in r["benchmark"].items()
+        ),
         "",
         f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
@@ -427,11 +326,11 @@ def markdown(r: dict, report_name: str) -> str:
         "",
         f"`{t['rung']}` trained {epochs_text({'epochs': t['epochs_trained']})} of the {t['epochs_planned']} epochs "
         f"that fit the budget ({t['steps_trained']:,} of {t['steps_planned']:,} optimizer steps, {t['setting']}; "
-        f"{schedule(t)}) on {t['train_images']:,} training images of {t['data']} (`{t['source']}`): "
-        f"test accuracy **{r['test_acc']:.1%}** over "
-        f"{t['test_images']:,} test images; layer-1 distance **{a['layer1_distance_px']:.1f} px** (uniform "
-        f"{a['uniform_distance_px']:.1f} px; CLS dropped: {a['layer1_distance_drop_px']:.1f} px, uniform "
-        f"{a['uniform_distance_drop_px']:.2f} px) over {a['analysed']} test images.",
+        f"{schedule}) on {t['train_images']:,} training images of {t['data']} (`{t['source']}`): "
+        f"test accuracy **{r['test_acc']:.1%}** over {t['test_images']:,} test images; layer-1 distance "
+        f"**{a['layer1_distance_px']:.1f} px** (uniform {a['uniform_distance_px']:.1f} px; CLS dropped: "
+        f"{a['layer1_distance_drop_px']:.1f} px, uniform {a['uniform_distance_drop_px']:.2f} px) over "
+        f"{a['analysed']} test images.",
         "",
         comparison(r),
         "",
@@ -449,16 +348,6 @@ def markdown(r: dict, report_name: str) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def schedule(t: dict) -> str:
-    """The learning-rate schedule the check trained: the recipe's, or shortened to fit the budget."""
-    if t["epochs_planned"] == t["epochs_of_recipe"]:
-        return "the recipe's whole schedule"
-    return (
-        f"the recipe's {t['epochs_of_recipe']}-epoch schedule shortened to fit, warmup included: "
-        f"{t['warmup_epochs']:g} warmup epochs, not {t['warmup_epochs_of_recipe']:g}"
-    )
 
 
 def comparison(r: dict) -> str:

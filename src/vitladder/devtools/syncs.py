@@ -1,21 +1,12 @@
 """Counting host syncs: the points where the host waits for the device, which a training loop should not have.
 
-On CUDA the host runs ahead of the device, queueing kernels; an operation that needs a tensor's value on the host
-makes it wait for the queue to drain. ``HostSyncs`` counts those operations by what they are, so the count is the
-same on the CPU, where nothing waits, as on CUDA:
-
-- the operators that sync on CUDA, seen through a TorchDispatchMode (every operator torch runs, below autograd and
-  autocast, the ones inside torch's own functions too): a value read by the host (``item()``, ``bool()``,
-  ``int()``, ``float()``, formatting, ``torch.equal``), a tensor made from Python data (``torch.tensor``,
-  ``as_tensor``, a Python weight: copied to the device on CUDA) and outputs sized by the data (a boolean mask,
-  ``nonzero``, ``masked_select``, ``unique``, ``bincount``);
-- the ``torch.Tensor`` methods that copy to the host without an operator on the CPU (``cpu``, ``tolist``,
-  ``numpy``);
-- on CUDA, also what ``torch.cuda.set_sync_debug_mode("warn")`` reports (``cuda``), and there an operator on a
-  tensor that is on the host anyway is not counted.
-
-Tensors in ``exempt`` (by id) are not counted: those that live on the host on CUDA too, such as the step counts of
-torch's non-fused AdamW, which it reads with ``.item()`` (fused AdamW keeps them on the device, unread).
+On CUDA the host runs ahead of the device; an operation that needs a tensor's value on the host waits for the queue
+to drain. ``HostSyncs`` counts those operations by what they are, so the count is the same on the CPU, where nothing
+waits: the operators that sync on CUDA, seen below autograd and autocast through a TorchDispatchMode (a value read by
+the host, a tensor made from Python data, outputs sized by the data), the ``torch.Tensor`` methods that copy to the
+host without an operator on the CPU, and on CUDA what ``torch.cuda.set_sync_debug_mode("warn")`` reports (``cuda``),
+an operator on a tensor that is on the host anyway not counted there. Tensors in ``exempt`` (by id) live on the host
+on CUDA too, such as the step counts of torch's non-fused AdamW, which it reads with ``.item()``.
 
 ``torch.utils._python_dispatch`` is private: tests/devtools/test_syncs.py counts known syncs through it, so a change
 there fails that test rather than counting nothing.
@@ -26,31 +17,22 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from functools import wraps
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["COPIES", "SYNCS", "HostSyncs"]
-
 # The operators that make the host wait on CUDA (under inference mode bool() and item() reach the dispatcher
 # undecomposed, as is_nonzero and item).
 SYNCS = {
-    "aten._local_scalar_dense",
-    "aten.is_nonzero",
-    "aten.item",
-    "aten.equal",
-    "aten.lift_fresh",
-    "aten.nonzero",
-    "aten.masked_select",
-    "aten._unique2",
-    "aten.unique_dim",
-    "aten.unique_consecutive",
-    "aten.bincount",
+    f"aten.{op}"
+    for op in "_local_scalar_dense is_nonzero item equal lift_fresh nonzero masked_select _unique2 unique_dim "
+    "unique_consecutive bincount".split()
 }
 MASKED = {"aten.index", "aten.index_put", "aten.index_put_"}  # syncs when an index is a boolean mask
 COPIES = ("cpu", "tolist", "numpy")  # Tensor methods that copy to the host without an operator on the CPU
-_ABSENT = object()
 
 
 class HostSyncs(TorchDispatchMode):
@@ -62,11 +44,10 @@ class HostSyncs(TorchDispatchMode):
         self.seen: Counter[str] = Counter()
         self.on_cuda = cuda  # the counted steps run on a CUDA GPU
         self.cuda: int | None = 0 if cuda else None
-        self.exempt: set[int] = set()  # ids of host-side tensors (see the module's docstring)
+        self.exempt: set[int] = set()
         self._on = False
-        self._saved: dict[str, object] = {}
         self._warnings: list[warnings.WarningMessage] = []
-        self._catch: warnings.catch_warnings | None = None
+        self._patches = ExitStack()
 
     @property
     def total(self) -> int:
@@ -78,14 +59,12 @@ class HostSyncs(TorchDispatchMode):
 
     @on.setter
     def on(self, value: bool) -> None:
-        if value == self._on:
-            return
-        self._on = value
-        if self.on_cuda:
+        if value != self._on and self.on_cuda:
             torch.cuda.set_sync_debug_mode("warn" if value else "default")
             if not value:  # what the debug mode reported while on
                 self.cuda += sum("synchronizing" in str(w.message) for w in self._warnings)
             self._warnings.clear()
+        self._on = value
 
     def counting(self, function: Callable) -> Callable:
         """``function``, counted while it runs (inside the entered counter)."""
@@ -126,24 +105,16 @@ class HostSyncs(TorchDispatchMode):
         return counted
 
     def __enter__(self) -> HostSyncs:
-        for name in COPIES:
-            self._saved[name] = torch.Tensor.__dict__.get(name, _ABSENT)
-            setattr(torch.Tensor, name, self._counting_copy(name, getattr(torch.Tensor, name)))
+        for name in COPIES:  # restored on exit, inherited from torch's C base class again where they were
+            self._patches.enter_context(
+                mock.patch.object(torch.Tensor, name, self._counting_copy(name, getattr(torch.Tensor, name)))
+            )
         if self.on_cuda:
-            self._catch = warnings.catch_warnings(record=True)
-            self._warnings = self._catch.__enter__()
+            self._warnings = self._patches.enter_context(warnings.catch_warnings(record=True))
             warnings.simplefilter("always")
         return super().__enter__()
 
     def __exit__(self, *exc) -> None:
         self.on = False
         super().__exit__(*exc)
-        if self._catch is not None:
-            self._catch.__exit__(*exc)
-            self._catch = None
-        for name, saved in self._saved.items():
-            if saved is _ABSENT:
-                delattr(torch.Tensor, name)  # inherited from torch's C base class again
-            else:
-                setattr(torch.Tensor, name, saved)
-        self._saved.clear()
+        self._patches.close()
