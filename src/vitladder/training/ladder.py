@@ -10,13 +10,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from vitladder.config import compose_rung, is_step_override, rung_names
-from vitladder.data.sources import source_names
 from vitladder.errors import UserError
 from vitladder.run_folder import is_finished, read_summary
 from vitladder.training.recipe import replaces_old_run
 from vitladder.training.run import check_placement
 
-LONG_LADDER_S = 24 * 3600  # beyond this the ladder does not start unless confirmed: the full recipe on a CPU
+LONG_LADDER_S = 24 * 3600  # beyond this the ladder starts only when confirmed (the full recipe on a CPU: ~1,000 h)
 
 
 @dataclass(frozen=True)
@@ -29,22 +28,6 @@ class PlannedRun:
     @property
     def run_dir(self) -> Path:
         return Path(self.cfg.run_dir)
-
-
-def data_overrides(data: str) -> list[str]:
-    """`make ladder DATA=...`: a source name, or a folder/archive for data=imagefolder."""
-    data = data.strip()
-    if not data:
-        return []
-    return [f"data={data}"] if data in source_names() else ["data=imagefolder", f"data.root={data}"]
-
-
-def parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in str(text).split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"SEEDS={text!r} is not a comma-separated list of integers, e.g. SEEDS=0,1,2") from None
-    return seeds or [0]
 
 
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
