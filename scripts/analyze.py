@@ -58,12 +58,7 @@ def main(argv: list[str] | None = None) -> Path:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
     paths = RunPaths(meta.run_dir) if meta.run_dir is not None else None
-    if args.out is not None:
-        out = args.out
-    elif paths is not None:
-        out = paths.analysis
-    else:
-        out = meta.path.parent / f"{meta.path.stem}-analysis"
+    out = args.out or (paths.analysis if paths else meta.path.parent / f"{meta.path.stem}-analysis")
     started = time.perf_counter()
     rung = str(meta.rung or cfg.rung)
     analysis = AttentionAnalysis.from_config(cfg.analysis, out, rung, int(meta.vit_config.patch_size), int(cfg.seed))

@@ -10,6 +10,26 @@ from __future__ import annotations
 import argparse
 
 from vitladder.cli import reports_user_errors
+from vitladder.errors import UserError
+
+
+def data_overrides(data: str) -> list[str]:
+    """`make ladder DATA=...`: a source name, or a folder/archive for data=imagefolder."""
+    from vitladder.data.sources import source_names
+
+    data = data.strip()
+    if not data:
+        return []
+    return [f"data={data}"] if data in source_names() else ["data=imagefolder", f"data.root={data}"]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`make ladder SEEDS=0,1,2`; none given: seed 0."""
+    try:
+        seeds = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"SEEDS={text!r} is not a comma-separated list of integers, e.g. SEEDS=0,1,2") from None
+    return seeds or [0]
 
 
 @reports_user_errors
@@ -25,14 +45,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from vitladder.devtools.estimate import estimate_ladder
     from vitladder.pipeline import train_rung
-    from vitladder.training.ladder import (
-        LONG_LADDER_S,
-        data_overrides,
-        parse_seeds,
-        plan_ladder,
-        run_ladder,
-        train_alongside,
-    )
+    from vitladder.training.ladder import LONG_LADDER_S, plan_ladder, run_ladder, train_alongside
     from vitladder.training.ranks import started_for_another_rank
     from vitladder.wandb.run import check_wandb_mode
 

@@ -11,6 +11,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
+from data_js import read_data_js
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from PIL import Image
@@ -22,7 +23,6 @@ from vitladder.analysis.probes.cls_attention import CLASS_NAME_CHARS
 from vitladder.config import compose_rung
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.demo.export import export_demo
-from vitladder.demo.pack import read_data_js
 from vitladder.model import ViTConfig, build_vit
 from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from data_js import decode_array, read_data_js
 from entry_points import load_script
 
 from vitladder.analysis.capture import capture_attention
@@ -19,7 +20,6 @@ from vitladder.analysis.metrics import attention_rollout
 from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.data.augment import normalize
 from vitladder.demo.export import STATIC_FILES, export_demo
-from vitladder.demo.pack import decode_array, read_data_js
 from vitladder.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,10 @@ from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 
+from data_js import read_data_js
+
 from vitladder.demo.export import export_demo
-from vitladder.demo.pack import read_data_js, render_data_js
+from vitladder.demo.pack import render_data_js
 
 HOSTILE = [
     "</script><script>window.injected = 1</script>",

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from data_js import decode_array, read_data_js
 
 from vitladder.analysis.capture import capture_attention
 from vitladder.analysis.checkpoint import load_model, load_run_config
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
 from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.data.augment import normalize
-from vitladder.demo.pack import decode_array, read_data_js
 
 ALL_MAPS_JS = """() => Array.from(document.querySelectorAll('#maps canvas.map'), (c) =>
     Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data))"""

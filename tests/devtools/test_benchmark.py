@@ -97,8 +97,8 @@ def test_the_benchmark_reports_every_figure(tiny_report):
 
 
 def test_a_sync_planted_in_a_step_is_counted_and_the_checkpoint_is_a_real_last_ckpt(tiny_report, monkeypatch, tmp_path):
+    from vitladder.training.checkpoint_io import checkpoint_epoch
     from vitladder.training.module import RecipeModule
-    from vitladder.training.resume import checkpoint_epoch
 
     training_step, validation_step = RecipeModule.training_step, RecipeModule.validation_step
 

@@ -25,8 +25,7 @@ from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
 from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
-from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, saves_in
-from vitladder.training.resume import checkpoint_epoch
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, checkpoint_epoch, saves_in
 
 TINY = [
     *tiny_data(num_train=700, num_test=100, val_size=100, batch_size=50),

@@ -32,7 +32,7 @@ from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
 from vitladder.training import run as run_module
-from vitladder.training.resume import checkpoint_epoch
+from vitladder.training.checkpoint_io import checkpoint_epoch
 
 REPLACE = os.replace
 

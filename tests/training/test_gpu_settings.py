@@ -25,8 +25,7 @@ from vitladder.pipeline import train_rung
 from vitladder.run_folder import RunPaths
 from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
-from vitladder.training.checkpoint_io import saves_in
-from vitladder.training.resume import checkpoint_epoch
+from vitladder.training.checkpoint_io import checkpoint_epoch, saves_in
 from vitladder.training.run import build_module, build_trainer
 
 

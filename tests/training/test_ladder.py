@@ -14,16 +14,18 @@ from omegaconf import OmegaConf
 
 from vitladder.config import rung_names
 from vitladder.errors import UserError
-from vitladder.training.ladder import PlannedRun, data_overrides, format_seconds, parse_seeds, plan_ladder, run_ladder
+from vitladder.training.ladder import PlannedRun, format_seconds, plan_ladder, run_ladder
 
 
 def test_data_argument_picks_a_source_or_a_folder():
+    data_overrides = load_script("ladder").data_overrides
     assert data_overrides("") == []
     assert data_overrides("synthetic") == ["data=synthetic"]
     assert data_overrides("../x/cifar10-jpeg.tar.xz") == ["data=imagefolder", "data.root=../x/cifar10-jpeg.tar.xz"]
 
 
 def test_seeds_parse_or_fail_clearly():
+    parse_seeds = load_script("ladder").parse_seeds
     assert parse_seeds("0,1,2") == [0, 1, 2] and parse_seeds("") == [0]
     with pytest.raises(UserError, match="SEEDS"):
         parse_seeds("0,one")

@@ -21,7 +21,7 @@ from tiny_data import tiny_data
 from vitladder.data.datamodule import per_device_batch
 from vitladder.errors import UserError
 from vitladder.pipeline import train_rung
-from vitladder.training.resume import seed_epoch
+from vitladder.training.module import seed_epoch
 from vitladder.training.run import world_size
 
 

@@ -21,8 +21,7 @@ from torch import nn
 
 from vitladder.config import compose_rung, rung_names, scaled_epochs
 from vitladder.run_folder import RunPaths
-from vitladder.training.module import RecipeModule, TrainingDiverged, build_mixup
-from vitladder.training.resume import seed_epoch
+from vitladder.training.module import RecipeModule, TrainingDiverged, build_mixup, seed_epoch
 from vitladder.training.run import build_module, build_trainer
 
 K = 10  # classes

@@ -57,7 +57,10 @@ def test_a_rung_writes_its_folder_and_a_wandb_run(tiny_cfg):
     assert sorted(per_epoch) == [0, 1, 2]  # epochs trained; 0: the tracking point at initialisation
     for epoch in (1, 2):
         assert {"train/loss", "train/acc", "val/loss", "val/acc"} <= set(per_epoch[epoch])
-    assert any(row.get("lr") and row.get("step") for row in rows)
+    # The learning rate, one key, at the optimizer steps Lightning logs at (smoke: log_every_n_steps=5, of 2 x 15)
+    lr_rows = [row for row in rows if row.get("lr")]
+    assert [int(row["step"]) for row in lr_rows] == [4, 9, 14, 19, 24, 29] and not any(r["epoch"] for r in lr_rows)
+    assert not [key for key in rows[0] if key.startswith("lr-") or "/pg" in key]
     assert float([row for row in rows if row.get("test/acc")][0]["test/acc"]) == pytest.approx(summary["test_acc"])
 
     saved = saved_file(paths.root)

@@ -1,11 +1,6 @@
-"""Export a trained model's attention as a self-contained static browser demo.
-
-    export_demo(Path("outputs/full/epochs200"))  # -> outputs/full/epochs200/demo/index.html
-
-The folder holds ``index.html``, ``demo.css``, ``demo.js`` (copied from ``static/``) and
-``data.js`` (this run's numbers, see :mod:`vitladder.demo.pack`). It needs no build step,
-no network and no server: open ``index.html`` from disk or serve the folder statically.
-The images are the first N of the run's own test split, as in the analysis (CIFAR-10's official order).
+"""Export a trained model's attention as a self-contained static browser demo: ``index.html``, ``demo.css`` and
+``demo.js`` (from ``static/``) and ``data.js`` (this run's numbers, :mod:`vitladder.demo.pack`), opened from disk or
+any static server. The images are the first N of the run's own test split, as in the analysis.
 
 ``data.js`` holds the run's names and shape (``layers``, ``heads``, ``grid``, ``patch_size``, ``image_size``),
 ``lut`` (the colours of the 256 bytes), ``images`` (per image, :func:`attention_payload`) and ``position``
@@ -16,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import suppress
 from importlib import resources
 from pathlib import Path
 
@@ -23,47 +19,31 @@ import torch
 from torch import Tensor
 
 from vitladder.analysis.capture import capture_attention
-from vitladder.analysis.checkpoint import LoadedModel, load_model, load_run_config, test_split
+from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
 from vitladder.analysis.metrics import attention_rollout
 from vitladder.analysis.probes.positions import grid_correlation, patch_position_embeddings, position_similarity
 from vitladder.atomic import write_text
 from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats
-from vitladder.demo.pack import (
-    DATA_FORMAT,
-    colormap_lut,
-    encode_array,
-    quantise_range,
-    quantise_rows,
-    render_data_js,
-)
+from vitladder.demo.pack import DATA_FORMAT, colormap_lut, encode_array, quantise_range, quantise_rows, render_data_js
 from vitladder.errors import UserError
 from vitladder.run_folder import is_finished, read_summary
 
-__all__ = ["POSITION_RANGE", "STATIC_FILES", "attention_payload", "default_out_dir", "export_demo", "position_payload"]
-
 STATIC_FILES = ("index.html", "demo.css", "demo.js")
-BATCH = 64  # images per forward pass
+BATCH = 64  # images per forward pass: bounds the float maps' memory
 MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
 POSITION_RANGE = (-1.0, 1.0)  # cosine similarity on the analysis figure's fixed scale: one legend, runs compare
 
 
-def default_out_dir(meta: LoadedModel) -> Path:
-    """``<run folder>/demo``, or ``<checkpoint stem>-demo`` beside a checkpoint in no run folder."""
-    if meta.run_dir is not None:
-        return meta.run_dir / "demo"
-    return meta.path.parent / f"{meta.path.stem}-demo"
-
-
 @torch.no_grad()
 def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor, stats: ChannelStats) -> list[dict]:
-    """Per image: pixels, label, prediction and quantised attention of every layer and head.
+    """Per image: pixels, label, prediction and quantised attention of every layer and head, the images normalised
+    with ``stats``, those the model was trained with.
 
     ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query
     token (0 = CLS, 1.. = patches), the attention to the N patch keys, each row scaled to its
     maximum (``scale``, float32 ``(L, H + 1, T)``). ``cls`` is the attention to the CLS key,
-    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches. The images are
-    normalised with ``stats``, those the model was trained with.
+    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches.
     """
     logits, maps = capture_attention(model, normalize(images_u8, stats.mean, stats.std))  # (B, C), L x (B, H, T, T)
     attn = torch.stack(maps, dim=1)  # (B, L, H, T, T)
@@ -94,13 +74,11 @@ def position_payload(model: torch.nn.Module, grid: int) -> dict:
     the patch under the pointer (``analysis/probes/positions.py``; Dosovitskiy et al. 2021, Fig. 7).
 
     ``similarity`` is uint8 ``(N, N)``: row ``i`` is patch ``i``'s similarity to every patch, on the fixed
-    scale ``[low, high] = [-1, 1]`` (``quantise_range``: within 1/255), so its own cell is 255.
-    ``grid_correlation`` is Spearman's rho between two patches' similarity and their centres' distance
-    (null on a one-patch grid, where it has none). N x N bytes whatever the number of images.
+    scale ``[low, high] = [-1, 1]``, so its own cell is 255. ``grid_correlation`` is Spearman's rho between two
+    patches' similarity and their centres' distance (null on a one-patch grid, where it has none).
     """
     similarity = position_similarity(patch_position_embeddings(model))  # (N, N)
-    rho = grid_correlation(similarity, grid)
-    low, high = POSITION_RANGE
+    rho, (low, high) = grid_correlation(similarity, grid), POSITION_RANGE
     return {
         "similarity": encode_array(quantise_range(similarity, low, high), "u1"),
         "low": low,
@@ -109,33 +87,20 @@ def position_payload(model: torch.nn.Module, grid: int) -> dict:
     }
 
 
-def _done(meta: LoadedModel) -> dict:
-    if meta.run_dir is None or not is_finished(meta.run_dir):
-        return {}
-    try:
-        return read_summary(meta.run_dir)
-    except (OSError, ValueError):
-        return {}  # a damaged done.json costs the page its accuracy line, not the export
-
-
-def export_demo(
-    source: Path,
-    out_dir: Path | None = None,
-    num_images: int = 16,
-    overrides: Sequence[str] = (),
-) -> Path:
-    """Write the demo of ``source`` (a run folder, model.safetensors, model.pt or last.ckpt); returns index.html.
-
-    ``overrides`` (``key=value``) change the run's config, e.g. where its data now lives.
-    """
+def export_demo(source: Path, out_dir: Path | None = None, num_images: int = 16, overrides: Sequence[str] = ()) -> Path:
+    """Write the demo of ``source`` (a run folder, model.safetensors, model.pt or last.ckpt) into ``out_dir`` (by
+    default ``<run folder>/demo``, or ``<checkpoint stem>-demo`` beside a checkpoint in no run folder); returns
+    index.html. ``overrides`` (``key=value``) change the run's config, e.g. where its data now lives."""
     if not 1 <= num_images <= MAX_IMAGES:
         raise UserError(f"--images must be between 1 and {MAX_IMAGES}, got {num_images}")
     model, meta = load_model(source)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, overrides)
     images, labels, classes = test_split(cfg)
     images, labels = images[:num_images], labels[:num_images]
-    vit = meta.vit_config
-    done = _done(meta)
+    vit, done = meta.vit_config, {}
+    if meta.run_dir is not None and is_finished(meta.run_dir):
+        with suppress(OSError, ValueError):  # a damaged done.json costs the page its accuracy line, not the export
+            done = read_summary(meta.run_dir)
     payload = {
         "format": DATA_FORMAT,
         "rung": str(meta.rung or done.get("rung") or cfg.rung),
@@ -152,13 +117,15 @@ def export_demo(
         "position": position_payload(model, vit.img_size // vit.patch_size),
         "images": [
             entry
-            for start in range(0, len(images), BATCH)  # batches bound the float maps' memory
+            for start in range(0, len(images), BATCH)
             for entry in attention_payload(
                 model, images[start : start + BATCH], labels[start : start + BATCH], meta.stats
             )
         ],
     }
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(meta)
+    if out_dir is None:
+        out_dir = meta.run_dir / "demo" if meta.run_dir is not None else meta.path.parent / f"{meta.path.stem}-demo"
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     static = resources.files("vitladder.demo") / "static"
     files = {name: (static / name).read_text() for name in STATIC_FILES}

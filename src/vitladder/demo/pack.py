@@ -1,4 +1,4 @@
-"""Pack attention into the demo's compact ``data.js``, and read it back (tests, debugging).
+"""Pack attention into the demo's compact ``data.js`` (tests/data_js.py reads it back).
 
 Every map the page draws is scaled to its own maximum, so a row of attention is stored as
 its maximum (float32) and its values as ``round(255 * a / max)`` (uint8): the page uses the
@@ -15,57 +15,30 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from matplotlib import colormaps
 from torch import Tensor
-
-__all__ = [
-    "DATA_FORMAT",
-    "GLOBAL_NAME",
-    "colormap_lut",
-    "decode_array",
-    "dequantise_range",
-    "dequantise_rows",
-    "encode_array",
-    "quantise_range",
-    "quantise_rows",
-    "read_data_js",
-    "render_data_js",
-]
 
 DATA_FORMAT = "vitladder-demo/2"  # 2: the position embeddings' similarity
 GLOBAL_NAME = "VITLADDER_DEMO"
 
 
 def quantise_rows(values: Tensor) -> tuple[Tensor, Tensor]:
-    """Rows over the last dim -> (uint8 bytes, same shape; float32 row maxima, shape[:-1]).
-
-    The largest entry of a row becomes 255; an all-zero row stays 0 with maximum 0.
-    """
+    """Rows over the last dim -> (uint8 bytes, same shape; float32 row maxima, shape[:-1]). The largest entry of a
+    row becomes 255; an all-zero row stays 0 with maximum 0."""
     values = values.detach().float().clamp_min(0)
     scale = values.amax(dim=-1)  # (...,)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(-1)
-    codes = torch.round(values / safe * 255).clamp(0, 255).to(torch.uint8)
-    return codes, scale
-
-
-def dequantise_rows(codes: Tensor, scale: Tensor) -> Tensor:
-    """The inverse of :func:`quantise_rows`, exact to within ``scale / 510`` per entry."""
-    return codes.float() / 255 * scale.float().unsqueeze(-1)
+    return torch.round(values / safe * 255).clamp(0, 255).to(torch.uint8), scale
 
 
 def quantise_range(values: Tensor, low: float, high: float) -> Tensor:
     """Values on the fixed scale ``[low, high]`` -> uint8 bytes, same shape: ``low`` is 0, ``high`` is 255."""
     unit = (values.detach().float() - low) / (high - low)
     return torch.round(unit.clamp(0, 1) * 255).to(torch.uint8)
-
-
-def dequantise_range(codes: Tensor, low: float, high: float) -> Tensor:
-    """The inverse of :func:`quantise_range`, exact to within ``(high - low) / 510`` inside the range."""
-    return low + codes.float() / 255 * (high - low)
 
 
 def encode_array(array: Tensor | np.ndarray, dtype: str) -> str:
@@ -75,15 +48,8 @@ def encode_array(array: Tensor | np.ndarray, dtype: str) -> str:
     return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode()
 
 
-def decode_array(text: str, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    array = np.frombuffer(base64.b64decode(text), dtype=np.dtype(dtype).newbyteorder("<"))
-    return array.reshape(shape) if shape is not None else array
-
-
 def colormap_lut(name: str = "viridis") -> np.ndarray:
     """(256, 3) uint8 RGB of a matplotlib colormap: byte ``q`` of a map is drawn as ``lut[q]``."""
-    from matplotlib import colormaps
-
     rgba = colormaps[name](np.linspace(0.0, 1.0, 256))  # (256, 4) floats in [0, 1]
     return np.round(rgba[:, :3] * 255).astype(np.uint8)
 
@@ -99,10 +65,3 @@ def render_data_js(payload: dict[str, Any]) -> str:
         f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
         f"window.{GLOBAL_NAME} = {body};\n"
     )
-
-
-def read_data_js(path: str | Path) -> dict[str, Any]:
-    """The payload of a ``data.js`` written by :func:`render_data_js`."""
-    text = Path(path).read_text()
-    start, end = text.index("{"), text.rindex("}")
-    return json.loads(text[start : end + 1])

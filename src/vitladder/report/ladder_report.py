@@ -1,21 +1,20 @@
 """The ladder report: every finished rung's accuracy and attention beside the reference figures.
 
-``build_report(ladder_dir)`` reads ``<ladder>/<rung>/`` and ``<ladder>/<rung>-seed<k>/`` folders that
-hold a ``done.json`` (and, once analysed, the probes' tables under ``analysis/``; the values tracked during
-training from ``metrics.csv``) and writes into ``ladder_dir``: ``report.md``, ``ladder.csv``,
-``<short>_by_layer.png`` for each per-layer value the probes draw (``distance_by_layer.png``,
-``entropy_by_layer.png``), ``tracking_by_epoch.png`` (each tracked column against epoch, one line per rung)
-and ``explainer.png``: what the configured probes declare (``columns()``, ``by_layer()``). With several seeds
-per rung the numbers are means with a 95% Student-t interval. ``report.report_run.log_report_to_wandb`` puts
-the same tables and charts in the ladder's one W&B report run.
+``build_report(ladder_dir)`` reads the finished run folders (done.json, the probes' tables under ``analysis/``, the
+values tracked in ``metrics.csv``) and writes report.md, ladder.csv and the figures the probes declare
+(``columns()``, ``by_layer()``) into ``ladder_dir``; with several seeds per rung, means with a 95% Student-t
+interval. ``report.report_run.log_report_to_wandb`` puts the same tables and charts in the ladder's W&B report run.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import torch
 from omegaconf import OmegaConf
 
 from vitladder.analysis.figures import plot_epoch_lines, plot_explainer, plot_layer_lines, save_figure
@@ -28,88 +27,62 @@ from vitladder.errors import UserError
 from vitladder.report.setting import ARTICLE, SETTING_COLUMNS, setting_row
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
-__all__ = [
-    "RungResult",
-    "build_report",
-    "ci_columns",
-    "collect",
-    "figures",
-    "ladder_columns",
-    "probe_columns",
-    "mean_ci",
-    "probe_layers",
-    "probes_of",
-    "t_quantile_975",
-]
-
 TRACKING_PNG = "tracking_by_epoch.png"
 
 
 def probes_of(results: list[RungResult]) -> list[str]:
-    """The probes the runs ran: their config's analysis.probes, in order of first appearance; the default list for
-    runs that name none."""
+    """The probes the runs ran (their analysis.probes, in order of first appearance); the default list for runs
+    that name none."""
     named = [n for r in results for run in r.runs for n in run.config.get("analysis", {}).get("probes", ())]
     known = [name for name in dict.fromkeys(named) if name in probe_names()]
     return known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes)
 
 
 def probe_columns(results: list[RungResult]) -> tuple[Column, ...]:
-    """The columns of the probes the runs ran, as each probe declares them (``columns()``)."""
     return columns(probes_of(results))
 
 
 def probe_layers(results: list[RungResult]) -> tuple[ByLayer, ...]:
-    """The per-layer values of the probes the runs ran, as each probe declares them (``by_layer()``)."""
     return by_layer(probes_of(results))
 
 
 def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
-    """ladder.csv's numbers: rung, test_acc, then every probe column (done.json's names). The CSV then adds
-    setting.SETTING_COLUMNS."""
+    """ladder.csv's numbers (done.json's names); the CSV then adds setting.SETTING_COLUMNS."""
     return ("rung", "test_acc", *(column.key for column in probe_columns(results)))
 
 
-def ci_columns(results: list[RungResult]) -> tuple[str, ...]:
-    """ladder.csv's columns added with several seeds: the seed count and each mean's 95% half-width."""
-    keys = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]
-    return ("n_seeds", *(f"{key}_ci95" for key in keys))
-
-
 def figures(results: list[RungResult]) -> tuple[str, ...]:
-    """The report's PNGs: each per-layer value drawn, one line per rung; the tracked columns against epoch (when a
-    probe tracks one); the explainer."""
+    """The report's PNGs: each per-layer value drawn, the tracked columns against epoch (when a probe tracks one),
+    the explainer."""
     drawn = [f"{value.short}_by_layer.png" for value in probe_layers(results) if value.figure]
     tracked = [TRACKING_PNG] if any(column.track for column in probe_columns(results)) else []
     return (*drawn, *tracked, "explainer.png")
 
 
-# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30.
-_T975 = tuple(
-    float(t)
-    for t in """12.7062 4.3027 3.1824 2.7764 2.5706 2.4469 2.3646 2.3060 2.2622 2.2281 2.2010 2.1788 2.1604 2.1448
-    2.1314 2.1199 2.1098 2.1009 2.0930 2.0860 2.0796 2.0739 2.0687 2.0639 2.0595 2.0555 2.0518 2.0484 2.0452
-    2.0423""".split()
-)
-
-
+@functools.cache
 def t_quantile_975(df: int) -> float:
-    """t_{0.975, df}: a table up to 30 degrees of freedom, a Cornish-Fisher expansion beyond (error < 1e-4)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    """t_{0.975, df}. torch's Student t has a density but no quantile (nor has any other dependency), so the
+    density is integrated from the median, 0, and the point where it holds 0.475 interpolated (within 1e-6)."""
+    t = torch.linspace(0, 16, 16_001, dtype=torch.float64)  # t_{0.975, 1} = 12.7
+    density = torch.distributions.StudentT(torch.tensor(float(df), dtype=torch.float64)).log_prob(t).exp()
+    mass = torch.cumulative_trapezoid(density, t)  # P(0 < T < t[i + 1])
+    return float(np.interp(0.475, mass.numpy(), t[1:].numpy()))
 
 
 def mean_ci(values: list[float]) -> tuple[float, float | None]:
     """(mean, 95% t-interval half-width ``t * s / sqrt(n)``; None for fewer than 2 values)."""
-    n = len(values)
-    mean = sum(values) / n
+    n, mean = len(values), sum(values) / len(values)
     if n < 2:
         return mean, None
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
+
+
+def _readable(path: Path, read) -> list[dict]:
+    try:
+        return read(path) if path.is_file() else []
+    except (ValueError, TypeError) as error:
+        raise UserError(f"{path}: unreadable ({error}); delete it and rerun the rung or scripts/analyze.py") from None
 
 
 @dataclass
@@ -121,28 +94,15 @@ class RunRecord:
     path: Path
     done: dict
     config: dict = field(default_factory=dict)
-    read: dict[Path, list[dict]] = field(default_factory=dict, repr=False)  # the files read so far
-
-    def _rows(self, path: Path, rows_of) -> list[dict]:
-        if path not in self.read:
-            try:
-                self.read[path] = rows_of(path) if path.is_file() else []
-            except (ValueError, TypeError) as error:
-                raise UserError(
-                    f"{path}: unreadable ({error}); delete it and rerun the rung or scripts/analyze.py"
-                ) from None
-        return self.read[path]
 
     def table(self, name: str) -> list[dict]:
         """The rows of analysis/<name>.csv as floats ([] when not written)."""
-        return self._rows(
-            RunPaths(self.path).analysis / f"{name}.csv",
-            lambda path: [{k: float(v) for k, v in row.items()} for row in read_analysis_csv(path)],
-        )
+        path = RunPaths(self.path).analysis / f"{name}.csv"
+        return _readable(path, lambda path: [{k: float(v) for k, v in row.items()} for row in read_analysis_csv(path)])
 
     def history(self) -> list[dict]:
         """The values tracked during training, metrics.csv's ``track/<name>``: ``{"epoch": e, name: value}`` rows."""
-        return self._rows(RunPaths(self.path).metrics_csv, lambda path: history_rows(read_csv(path), prefix="track/"))
+        return _readable(RunPaths(self.path).metrics_csv, lambda path: history_rows(read_csv(path), prefix="track/"))
 
 
 @dataclass
@@ -165,17 +125,14 @@ class RungResult:
     def by_layer(self, key: str, table: str = "layers") -> list[float]:
         """The per-layer mean over seeds of a column of ``<table>.csv`` (empty when not analysed, or written before
         the column was declared)."""
-        rows = [run.table(table) for run in self.runs]
-        per_seed = [[r[key] for r in seed] for seed in rows if seed and key in seed[0]]
-        return [sum(col) / len(col) for col in zip(*per_seed)] if per_seed else []
+        per_seed = [[row[key] for row in rows] for run in self.runs if (rows := run.table(table)) and key in rows[0]]
+        return [sum(layer) / len(layer) for layer in zip(*per_seed)]
 
     def tracked(self, name: str) -> dict[int, float]:
         """``{epoch: the mean over the seeds that tracked it}`` of a value tracked during training ({} when none)."""
         per_epoch: dict[int, list[float]] = {}
-        for run in self.runs:
-            for row in run.history():
-                if name in row:
-                    per_epoch.setdefault(int(row["epoch"]), []).append(row[name])
+        for row in (row for run in self.runs for row in run.history() if name in row):
+            per_epoch.setdefault(int(row["epoch"]), []).append(row[name])
         return {epoch: sum(values) / len(values) for epoch, values in sorted(per_epoch.items())}
 
 
@@ -189,23 +146,15 @@ def _read_run(path: Path) -> RunRecord | None:
         raise UserError(
             f"{path}: unreadable done.json ({error}); delete the file and rerun the rung or scripts/analyze.py"
         ) from None
-    config = {}
-    if paths.config.is_file():
-        from omegaconf import OmegaConf
-
-        config = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
-    rung, seed = parsed
-    return RunRecord(rung, int(done.get("seed", seed)), path, done, config)
+    config = OmegaConf.to_container(OmegaConf.load(paths.config)) if paths.config.is_file() else {}
+    return RunRecord(parsed[0], int(done.get("seed", parsed[1])), path, done, config)
 
 
 def collect(ladder_dir: str | Path) -> list[RungResult]:
     """The finished rungs of a ladder folder, in ladder order, each with its seeds sorted."""
     runs = [r for p in sorted(Path(ladder_dir).iterdir()) if p.is_dir() and (r := _read_run(p)) is not None]
-    return [
-        RungResult(rung, sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed))
-        for rung in rung_names()
-        if any(r.rung == rung for r in runs)
-    ]
+    by_rung = {rung: sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed) for rung in rung_names()}
+    return [RungResult(rung, seeds) for rung, seeds in by_rung.items() if seeds]
 
 
 def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
@@ -219,9 +168,7 @@ def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
             row[key] = "" if mean is None else round(mean, 6)
             if with_ci and ci[key]:
                 row[f"{key}_ci95"] = "" if half is None else round(half, 6)
-        if with_ci:
-            row["n_seeds"] = len(result.runs)
-        rows.append(row)
+        rows.append({**row, "n_seeds": len(result.runs)} if with_ci else row)
     return rows
 
 
@@ -236,14 +183,11 @@ def _fmt(values: list[float], scale: float = 1.0, digits: int = 1, unit: str = "
 def _setup_line(results: list[RungResult]) -> str:
     """Which data and profile the runs used (and a warning when not comparable with the reference)."""
     seen = set()
-    for result in results:
-        for run in result.runs:
-            cfg = run.config
-            data = cfg.get("data", {})
-            profile = cfg.get("profile", {}).get("name", "?")
-            source = data.get("source", "?") + (f" ({data['root']})" if data.get("source") == "imagefolder" else "")
-            subsets = ", ".join(f"{k}={data[k]}" for k in ("train_subset", "test_subset") if data.get(k))
-            seen.add(f"profile `{profile}`, data `{source}`" + (f" ({subsets})" if subsets else ""))
+    for cfg in (run.config for result in results for run in result.runs):
+        data, profile = cfg.get("data", {}), cfg.get("profile", {}).get("name", "?")
+        source = data.get("source", "?") + (f" ({data['root']})" if data.get("source") == "imagefolder" else "")
+        subsets = ", ".join(f"{k}={data[k]}" for k in ("train_subset", "test_subset") if data.get(k))
+        seen.add(f"profile `{profile}`, data `{source}`" + (f" ({subsets})" if subsets else ""))
     line = "Setup: " + ("; ".join(sorted(seen)) if seen else "unknown (no config.yaml in the run folders)") + "."
     if any(r.setting()["differs"] != "no" for r in results):
         line += (
@@ -253,13 +197,9 @@ def _setup_line(results: list[RungResult]) -> str:
     return line
 
 
-def _header(shown: tuple[Column, ...]) -> list[str]:
-    """report.md's columns for the probes' scalars: each one's header, and "ref." beside those the article gives."""
-    return [cell for column in shown for cell in [column.header, *(["ref."] if column.reference else [])]]
-
-
 def _cells(shown: tuple[Column, ...], result: RungResult | None, ref: dict) -> list[str]:
-    """A rung's cells under _header(): mean (± CI) over its seeds or the column's text, ``—`` when not finished."""
+    """A rung's cells for the probes' columns: mean (± CI) over its seeds or the column's text, ``—`` when not
+    finished; and "ref." beside those the article gives."""
     cells = []
     for column in shown:
         if result is None:
@@ -274,41 +214,27 @@ def _cells(shown: tuple[Column, ...], result: RungResult | None, ref: dict) -> l
 
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
-    several = any(len(r.runs) > 1 for r in results)
     shown = tuple(column for column in probe_columns(results) if column.header)
-    header = ["rung", "adds", "test acc.", "ref.", *_header(shown), "not as in the article", "seeds", "figures"]
-    lines = [
-        f"# Ladder report: `{ladder_dir.name}`",
-        "",
-        _setup_line(results),
-        "",
-        "Project figures beside the reference (one seed of a GPU run)"
-        + (", as mean ± 95% CI (Student t) over seeds." if several else "."),
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+    probes = [cell for column in shown for cell in [column.header, *(["ref."] if column.reference else [])]]
+    header = ["rung", "adds", "test acc.", "ref.", *probes, "not as in the article", "seeds", "figures"]
+    over_seeds = ", as mean ± 95% CI (Student t) over seeds." if any(len(r.runs) > 1 for r in results) else "."
+    lines = [f"# Ladder report: `{ladder_dir.name}`", "", _setup_line(results), ""]
+    lines += [f"Project figures beside the reference (one seed of a GPU run){over_seeds}", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rung in rung_names():
         info, result = get_rung(rung), by_rung.get(rung)
         ref = info.reference  # the article's figures; {} for a rung it did not train
         ref_acc = f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—"
         if result is None:
-            lines.append(
-                f"| `{rung}` | {info.description} | — | {ref_acc} | "
-                + " | ".join(_cells(shown, None, ref))
-                + " | — | 0 | not finished |"
-            )
-            continue
-        links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
-        lines.append(
-            f"| `{rung}` | {info.description} | {_fmt(result.values('test_acc'), 100, 1, '%')} | {ref_acc} | "
-            + " | ".join(_cells(shown, result, ref))
-            + f" | {result.setting()['differs'] if ref else '—'} | {len(result.runs)} | {links} |"
-        )
+            acc, differs, seeds, links = "—", "—", "0", "not finished"
+        else:
+            acc, seeds = _fmt(result.values("test_acc"), 100, 1, "%"), str(len(result.runs))
+            differs = result.setting()["differs"] if ref else "—"
+            links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
+        row = [f"`{rung}`", info.description, acc, ref_acc, *_cells(shown, result, ref), differs, seeds, links]
+        lines.append("| " + " | ".join(row) + " |")
     row = "| `{rung}` | {epochs} | {steps} | {data} | {train_images} | {test_images} | {analysed} |"
-    trained = [row.format(rung=r.rung, **r.setting()) for r in results]
     drawn = [value.short for value in probe_layers(results) if value.figure]
-    per_layer = [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
     lines += [
         "",
@@ -326,11 +252,11 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         "",
         "| rung | epochs | optimizer steps | data | training images | test images (accuracy) | attention over |",
         "|---|---|---|---|---|---|---|",
-        *trained,
+        *(row.format(rung=r.rung, **r.setting()) for r in results),
         "",
         "## Figures",
         "",
-        *per_layer,
+        *(line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")),
         *_tracking_lines(results),
         "![three made-up heads](explainer.png)",
         "",
@@ -344,10 +270,8 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
             "## Browser demo",
             "",
             "Hover a patch to see where it looks in every layer and head (opens from disk):",
-            "",
-            *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos),
-            "",
         ]
+        lines += ["", *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos), ""]
     return "\n".join(lines)
 
 
@@ -369,42 +293,33 @@ def _tracking_lines(results: list[RungResult]) -> list[str]:
 
 def _uniform_lines(results: list[RungResult], uniform: dict[str, list[float]]) -> dict[str, float]:
     """A figure's dashed lines: each rung's value under uniform attention (``uniform``: rung -> values, the first
-    one drawn), one line per value, with the patch grid it is of."""
+    one drawn), labelled with its patch grid: ln T of the uniform entropy in its layers.csv, T = 1 + g*g."""
     lines = {}
-    for result in results:
-        if uniform.get(result.rung):
-            value, grid = uniform[result.rung][0], _grid(result)
-            where = f", {grid}x{grid} grid" if grid else ""
-            lines[f"uniform{where} ({value:.2f})"] = value
+    for result in (result for result in results if uniform.get(result.rung)):
+        value, entropy = uniform[result.rung][0], result.by_layer("uniform_entropy_nats")
+        grid = math.isqrt(round(math.exp(entropy[0])) - 1) if entropy else None
+        lines[f"uniform{f', {grid}x{grid} grid' if grid else ''} ({value:.2f})"] = value
     return lines
 
 
 def _save_figures(results: list[RungResult], ladder_dir: Path) -> None:
     """The PNGs of figures(): the per-layer values drawn, one line per rung, and the tracked columns against epoch."""
-    for value in probe_layers(results):  # <short>_by_layer.png, the uniform values dashed
-        if not value.figure:
-            continue
-        series = {r.rung: r.by_layer(value.name, value.table) for r in results if r.by_layer(value.name, value.table)}
+    for value in (value for value in probe_layers(results) if value.figure):  # <short>_by_layer.png
+        series = {r.rung: values for r in results if (values := r.by_layer(value.name, value.table))}
         uniform = {r.rung: r.by_layer(value.uniform, value.table) for r in results} if value.uniform else {}
         title = f"{ladder_dir.name}: {value.label} per layer, every rung"
         figure = plot_layer_lines(series, _uniform_lines(results, uniform), value.axis_label, title)
         save_figure(figure, ladder_dir / f"{value.short}_by_layer.png")
     panels = []
-    for column in [column for column in probe_columns(results) if column.track]:  # tracking_by_epoch.png
-        points = {r.rung: r.tracked(column.track) for r in results}
-        series = {rung: (list(by_epoch), list(by_epoch.values())) for rung, by_epoch in points.items() if by_epoch}
+    for column in (column for column in probe_columns(results) if column.track):  # tracking_by_epoch.png
+        series = {r.rung: (list(points), list(points.values())) for r in results if (points := r.tracked(column.track))}
         uniform = {r.rung: r.values(column.uniform) for r in results if r.rung in series} if column.uniform else {}
         panels.append((column.header or column.key, series, _uniform_lines(results, uniform)))
     if panels:
-        title = f"{ladder_dir.name}: during training, every rung"
-        save_figure(plot_epoch_lines(panels, title), ladder_dir / TRACKING_PNG)
+        save_figure(
+            plot_epoch_lines(panels, f"{ladder_dir.name}: during training, every rung"), ladder_dir / TRACKING_PNG
+        )
     save_figure(plot_explainer(), ladder_dir / "explainer.png")
-
-
-def _grid(result: RungResult) -> int | None:
-    """The rung's patch grid side, from the uniform entropy ln T of its layers.csv (T = 1 + g*g)."""
-    uniform_entropy = result.by_layer("uniform_entropy_nats")
-    return math.isqrt(round(math.exp(uniform_entropy[0])) - 1) if uniform_entropy else None
 
 
 def build_report(ladder_dir: str | Path) -> Path:
@@ -412,7 +327,8 @@ def build_report(ladder_dir: str | Path) -> Path:
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     several = any(len(r.runs) > 1 for r in results)
-    csv_columns = ladder_columns(results) + SETTING_COLUMNS + (ci_columns(results) if several else ())
+    ci = ("n_seeds", *(f"{key}_ci95" for key in ["test_acc", *(c.key for c in probe_columns(results) if c.ci)]))
+    csv_columns = ladder_columns(results) + SETTING_COLUMNS + (ci if several else ())
     write_csv(ladder_dir / "ladder.csv", csv_columns, _csv_rows(results, several))
     _save_figures(results, ladder_dir)
     report = ladder_dir / "report.md"

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 
 from vitladder.data.sources import OFFICIAL_CIFAR10
 
-__all__ = ["ARTICLE", "ARTICLE_MODEL", "SETTING_COLUMNS", "analysed", "differences", "epochs_text", "setting_row"]
-
 # The article's setting, as far as it states it (its epochs per rung are each rung's reference `epochs`).
 ARTICLE_TRAIN_IMAGES = 50_000  # not stated: CIFAR-10's whole training set, presumably
 ARTICLE_TEST_IMAGES = 10_000  # test accuracy over CIFAR-10's test set
@@ -56,10 +54,11 @@ def differences(done: Mapping, reference_epochs: int | None) -> list[str]:
     """Where a run's setting differs from the article's, in words; [] when it is the article's."""
     if "test_order" not in done:
         return [f"setting {NOT_RECORDED}"]
+    model = done.get("model") or {}
     words = [
-        f"{name} {value:g}, not {article:g}"
+        f"{name} {model[key]:g}, not {article:g}"
         for key, (name, article) in ARTICLE_MODEL.items()
-        if (value := (done.get("model") or {}).get(key)) is not None and value != article
+        if model.get(key) is not None and model[key] != article
     ]
     if reference_epochs is not None and done["epochs"] < reference_epochs:
         words.append(f"{epochs_text(done)} of {reference_epochs} epochs")

@@ -9,7 +9,6 @@ one after the first epoch on the same x.
 from __future__ import annotations
 
 import lightning as L
-from lightning.pytorch.callbacks import LearningRateMonitor
 
 from vitladder.run_folder import EPOCH, LR
 
@@ -19,29 +18,27 @@ __all__ = ["EpochsTrained", "LearningRate", "axis_callbacks"]
 class EpochsTrained(L.Callback):
     """Logs ``epoch`` = epochs trained with every epoch-level metric (Lightning only sets it when absent)."""
 
-    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
             pl_module.log(EPOCH, float(trainer.current_epoch + 1), rank_zero_only=True)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == "fit":  # after fitting, trainer.test logs Lightning's epoch: the epochs trained
-            self._log(trainer, pl_module)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._log(trainer, pl_module)
+            self.on_train_epoch_end(trainer, pl_module)
 
 
-class LearningRate(LearningRateMonitor):
-    """Lightning's monitor under one name, ``lr``: the optimizer's parameter groups (with and without
-    weight decay) share one schedule, and one quantity gets one key, not ``lr-AdamW/pg1`` and ``/pg2``. The monitor
-    has no public hook for its keys: ``_extract_stats`` is private, and tests/wandb/test_run.py pins it."""
+class LearningRate(L.Callback):
+    """``lr`` at the optimizer steps Lightning logs at (every trainer.log_every_n_steps, and a stop), as its
+    LearningRateMonitor logs it but under one key: the parameter groups (with and without weight decay) share one
+    schedule, so one quantity, not ``lr-AdamW/pg1`` and ``/pg2``."""
 
-    def _extract_stats(self, trainer: L.Trainer, interval: str) -> dict[str, float]:
-        stats = super()._extract_stats(trainer, interval)
-        values = set(stats.values())
-        return {LR: values.pop()} if len(values) == 1 else stats
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        every, step = trainer.log_every_n_steps, trainer.global_step
+        if every and ((step + 1) % every == 0 or trainer.should_stop):  # + 1: the step about to be taken
+            for logger in trainer.loggers:
+                logger.log_metrics({LR: trainer.optimizers[0].param_groups[0]["lr"]}, step=step)
 
 
 def axis_callbacks() -> list[L.Callback]:
     """The callbacks every rung trains with so that its metrics land on the right axes."""
-    return [EpochsTrained(), LearningRate(logging_interval="step")]
+    return [EpochsTrained(), LearningRate()]

@@ -1,5 +1,5 @@
-"""When and how the Trainer writes and reads last.ckpt: at epoch ends spaced in time, through the project's atomic
-writer, never unpickling code.
+"""last.ckpt: when the Trainer writes it (at epoch ends spaced in time), how (through the project's atomic
+writer) and how it is read (never unpickling code).
 
 Lightning's default goes through fsspec, which writes into $TMPDIR and moves the file: across file
 systems that move is a truncate-and-copy, so a full disk leaves last.ckpt cut short. Here the new
@@ -9,7 +9,7 @@ checkpoint is written beside the old one and renamed over it only once it is com
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -17,8 +17,19 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitladder.atomic import save_torch
+from vitladder.errors import CheckpointError
 from vitladder.safe_load import load_checkpoint_file
-from vitladder.training.resume import RETRAIN
+
+RETRAIN = "delete it to retrain this rung from scratch"
+
+
+def checkpoint_epoch(ckpt: Path) -> int:
+    """Epochs finished when `ckpt` was written; a truncated or foreign file is a clear error."""
+    state = load_checkpoint_file(ckpt, RETRAIN)
+    try:
+        return int(state["epoch"]) + 1  # Lightning stores the index of the epoch that just ended
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{ckpt}: not a Lightning checkpoint (no epoch); {RETRAIN}") from None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -27,11 +38,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         save_torch(checkpoint, path)
 
-    def load_checkpoint(
-        self, path: Any, map_location: Callable | None = None, weights_only: bool | None = None
-    ) -> dict[str, Any]:
-        # weights_only whatever the caller asks: a checkpoint file can be handed in by anyone.
-        return load_checkpoint_file(path, RETRAIN)
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
+        return load_checkpoint_file(path, RETRAIN)  # weights only whatever the caller asks: anyone can hand one in
 
 
 class SpacedCheckpoint(ModelCheckpoint):

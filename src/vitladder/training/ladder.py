@@ -11,6 +11,11 @@ from omegaconf import DictConfig
 
 from vitladder.config import compose_rung, is_step_override, rung_names
 from vitladder.errors import UserError
+from vitladder.run_folder import is_finished, read_summary
+from vitladder.training.recipe import replaces_old_run
+from vitladder.training.run import check_placement
+
+LONG_LADDER_S = 24 * 3600  # beyond this the ladder starts only when confirmed (the full recipe on a CPU: ~1,000 h)
 
 
 @dataclass(frozen=True)
@@ -25,71 +30,31 @@ class PlannedRun:
         return Path(self.cfg.run_dir)
 
 
-def data_overrides(data: str) -> list[str]:
-    """`make ladder DATA=...`: a source name, or a folder/archive for data=imagefolder."""
-    data = data.strip()
-    if not data:
-        return []
-    from vitladder.data.sources import source_names
-
-    if data in source_names():
-        return [f"data={data}"]
-    return ["data=imagefolder", f"data.root={data}"]
-
-
-def parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in str(text).split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"SEEDS={text!r} is not a comma-separated list of integers, e.g. SEEDS=0,1,2") from None
-    return seeds or [0]
-
-
 def plan_ladder(seeds: Sequence[int], overrides: Sequence[str]) -> list[PlannedRun]:
     if any(is_step_override(override) for override in overrides):
         raise UserError(
             "the ladder trains every rung: drop step=..., or train one rung with python train.py step=<rung>"
         )
-    planned = []
-    for seed in seeds:
-        for rung in rung_names():
-            run_overrides = [f"step={rung}", *overrides, f"seed={seed}"]
-            planned.append(PlannedRun(rung, seed, compose_rung(rung, run_overrides[1:]), run_overrides))
-    return planned
+    return [
+        PlannedRun(
+            rung, seed, compose_rung(rung, [*overrides, f"seed={seed}"]), [f"step={rung}", *overrides, f"seed={seed}"]
+        )
+        for seed in seeds
+        for rung in rung_names()
+    ]
 
 
 def format_seconds(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
+    hours, rest = divmod(int(round(seconds)), 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-# Beyond this the ladder does not start unless confirmed: the full recipe on a CPU is ~1,000 hours.
-LONG_LADDER_S = 24 * 3600
-
-
 def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
-    """The runs a ladder trains, in order: the unfinished ones, and with overwrite=true those of another recipe.
-    A run folder of another recipe without overwrite=true is a UserError (replaces_old_run)."""
-    from vitladder.run_folder import is_finished
-    from vitladder.training.run import replaces_old_run
-
+    """The unfinished runs, in order, and with overwrite=true those of another recipe (without it, a run folder of
+    another recipe is a UserError: replaces_old_run)."""
     replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
     return [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
-
-
-def check_placements(runs: Sequence[PlannedRun]) -> None:
-    """Every run's devices and batch checked before the first run trains (training.run.check_placement), so that a
-    ladder a rung of which cannot train on them (an odd batch per device under MixUp/CutMix, say) stops at once, in
-    one line naming that rung, instead of after the rungs below it."""
-    from vitladder.training.run import check_placement
-
-    for run in runs:
-        try:
-            check_placement(run.cfg)
-        except UserError as error:
-            raise UserError(f"{run.rung} (seed {run.seed}): {error}") from None
 
 
 def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
@@ -108,14 +73,15 @@ def run_ladder(
     log: Callable[[str], None] = print,
     max_seconds: float | None = LONG_LADDER_S,
 ) -> list[dict]:
-    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run.
-    A run folder of another recipe stops the ladder before anything trains (or, with overwrite=true, is
-    trained afresh), and so do a run its devices cannot train (check_placements) and an estimate over
-    ``max_seconds`` (None: no limit), saying how to go on."""
-    from vitladder.run_folder import read_summary
-
+    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run. Before
+    anything trains it stops, saying how to go on, at a run folder of another recipe (unless overwrite=true), a run
+    its devices cannot train, and an estimate over ``max_seconds`` (None: no limit)."""
     todo = runs_to_train(runs)
-    check_placements(todo)
+    for run in todo:  # all of them first, not a rung after those below it have trained
+        try:
+            check_placement(run.cfg)
+        except UserError as error:
+            raise UserError(f"{run.rung} (seed {run.seed}): {error}") from None
     if len(todo) < len(runs):
         log(f"{len(runs) - len(todo)} of {len(runs)} runs already finished: skipping them")
     expected = estimate([run.cfg for run in todo]) if todo else []
@@ -132,12 +98,10 @@ def run_ladder(
     for position, run in enumerate(todo):
         log(f"[{position + 1}/{len(todo)}] {run.rung} (seed {run.seed}) -> {run.run_dir}")
         summary = train(run.cfg, overrides=run.overrides)
-        elapsed = time.time() - started
-        # Rescale what is left by how far off the estimate has been so far.
-        ratio = elapsed / max(sum(expected[: position + 1]), 1e-9)
-        remaining = sum(expected[position + 1 :]) * ratio
+        # What is left, rescaled by how far off the estimate has been so far.
+        left = sum(expected[position + 1 :]) * (time.time() - started) / max(sum(expected[: position + 1]), 1e-9)
         log(
             f"[{position + 1}/{len(todo)}] {run.rung}: test acc {summary['test_acc']:.2%} "
-            f"in {format_seconds(summary['seconds'])}; ladder ETA {format_seconds(remaining)}"
+            f"in {format_seconds(summary['seconds'])}; ladder ETA {format_seconds(left)}"
         )
     return [read_summary(run.run_dir) for run in runs]

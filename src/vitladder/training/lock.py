@@ -1,10 +1,7 @@
-"""One process per run folder: an exclusive lock held from before config.yaml is written until done.json.
-
-The lock is `flock` on `<run>/.lock` (filelock): the kernel releases it when its holder exits, killed
-or not, so a stale lock of a dead process is simply taken over. The holder writes its pid into the
-file, so that a second process can say who holds the rung. On several devices rank 0 holds it: the other ranks
-of its run write nothing in the folder and take no lock (training/ranks.py).
-"""
+"""One process per run folder: `flock` on `<run>/.lock` (filelock), held from before config.yaml is written until
+done.json. The kernel releases it when its holder exits, killed or not, so a dead process's lock is simply taken
+over; the holder's pid in the file lets a second process say who holds the rung. On several devices rank 0 holds
+it (the other ranks write nothing: training/ranks.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ class RunLocked(UserError):
 
 def holder_pid(lock_file: Path) -> str:
     try:
-        with lock_file.open("rb") as file:
-            text = file.read(32).decode("ascii", errors="replace").strip()
+        text = lock_file.read_bytes()[:32].decode("ascii", errors="replace").strip()
     except OSError:
         return "unknown"
     return text if text.isdigit() else "unknown"
@@ -52,8 +48,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             f"cannot write to the output folder {run_dir} ({error.strerror}): choose another with output_root=PATH"
         ) from None
     try:
-        # Written in place, not renamed: a new inode would be a new, unlocked lock file.
-        lock_file.write_text(f"{os.getpid()}\n")
+        lock_file.write_text(f"{os.getpid()}\n")  # in place, not renamed: a new inode would be unlocked
         yield
     finally:
         with suppress(OSError):

@@ -1,64 +1,108 @@
-"""metrics.csv: Lightning's CSVLogger, written so that a run killed at any moment keeps its finished epochs."""
+"""metrics.csv: what Lightning logs, a row per call (``epoch`` = epochs trained; ``lr`` rows per logged optimizer
+step, with a ``step`` and no ``epoch``), kept whole through a kill at any moment and cut back to last.ckpt when a
+run resumes, so that every epoch is logged once."""
 
 from __future__ import annotations
 
 import csv
+from contextlib import suppress
 from pathlib import Path
 
-from lightning.fabric.loggers.logger import rank_zero_experiment
-from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+import torch
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
 
 from vitladder.atomic import atomic_path
+from vitladder.errors import CheckpointError
 
 
-class MetricsWriter(ExperimentWriter):
-    """Lightning's CSV writer with two changes for a run folder.
-
-    - It starts from the rows already in metrics.csv (a resumed run's finished epochs, cut back to its
-      checkpoint by ``resume.prune_metrics``); Lightning deletes the file.
-    - Every save writes the whole file under a temporary name and renames it. Lightning rewrites the file in
-      place whenever a column appears (the first validation, the first epoch's end, just after last.ckpt is
-      saved), so a kill at that moment left a file without the epochs before it.
-    """
-
-    def __init__(self, log_dir: str) -> None:
-        super().__init__(log_dir)
-        self.rows: list[dict] = []  # everything metrics.csv holds, in the order logged
-        path = Path(self.metrics_file_path)
-        if path.exists():
-            with path.open(newline="") as file:
-                reader = csv.DictReader(file)
-                self.rows = list(reader)
-                self.metrics_keys = sorted(reader.fieldnames or [])
-
-    def _check_log_dir_exists(self) -> None:
-        """Lightning warns and deletes metrics.csv here; a run folder's file is read in ``__init__``. A private
-        hook, as no public one keeps the file: test_metrics_csv.py's resumed-logger test pins it."""
-
-    def save(self) -> None:
-        if not self.metrics:
-            return
-        keys = sorted(set(self.metrics_keys).union(*self.metrics))
-        rows = self.rows + self.metrics
-        with atomic_path(self.metrics_file_path) as tmp, tmp.open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(rows)
-        # Only once the file is in place: a failed save (a full disk) keeps the new rows for the next one.
-        self.metrics_keys, self.rows, self.metrics = keys, rows, []
+def read_rows(path: Path) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of metrics.csv, whole rows only: a run killed while Lightning's own writer appended a row
+    (before this one) left a partial line."""
+    with path.open(newline="") as file:
+        reader = csv.DictReader(file)
+        rows = [row for row in reader if None not in row and None not in row.values()]
+        return list(reader.fieldnames or []), rows
 
 
-class MetricsLogger(CSVLogger):
-    """metrics.csv in ``run_dir``: rows per epoch (``epoch`` = epochs trained) and ``lr`` rows per logged
-    optimizer step, saved as they are logged; a resumed run keeps the rows its checkpoint holds."""
+def write_rows(path: Path, columns: list[str], rows: list[dict]) -> None:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+class MetricsLogger(Logger):
+    """metrics.csv in ``run_dir``, in Lightning's CSVLogger's format (a column per key, sorted), saved as each row is
+    logged. Two differences: it starts from the rows already there (a resumed run's, cut back by prune_metrics),
+    where CSVLogger deletes the file; and every save writes the whole file under a temporary name and renames it,
+    where CSVLogger rewrites the file in place when a column appears (just after the first last.ckpt), so that a
+    kill then left it without the epochs before."""
+
+    name, version = "metrics", ""
 
     def __init__(self, run_dir: Path) -> None:
-        super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=1)
+        super().__init__()
+        self.path = Path(run_dir) / "metrics.csv"
+        self.columns: list[str] | None = None  # read at the first save, by the process that writes: rank 0
+        self.rows: list[dict] = []
+        self.unsaved: list[dict] = []
 
     @property
-    @rank_zero_experiment
-    def experiment(self) -> MetricsWriter:
-        if self._experiment is None:
-            self._experiment = MetricsWriter(self.log_dir)
-        return self._experiment
+    def save_dir(self) -> str:  # trainer.log_dir, as with CSVLogger
+        return str(self.path.parent)
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        """Nothing: the run's config is config.yaml (and W&B's), not Lightning's hparams dump."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        values = {key: value.item() if isinstance(value, torch.Tensor) else value for key, value in metrics.items()}
+        self.unsaved.append({**values, "step": step})
+        self.save()
+
+    def save(self) -> None:
+        if not self.unsaved:
+            return
+        if self.columns is None:
+            self.columns, self.rows = read_rows(self.path) if self.path.exists() else ([], [])
+        columns, rows = sorted(set(self.columns).union(*self.unsaved)), self.rows + self.unsaved
+        write_rows(self.path, columns, rows)
+        # Only once the file is in place: a failed save (a full disk) keeps the new rows for the next one.
+        self.columns, self.rows, self.unsaved = columns, rows, []
+
+
+def _number(row: dict, key: str) -> float | None:
+    with suppress(ValueError):
+        return float(row.get(key) or "")
+    return None
+
+
+def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
+    """Keeps what the checkpoint holds: the rows of epochs 0..from_epoch without the test, and the learning rates
+    of the optimizer steps before them."""
+    if not metrics_csv.exists():
+        return
+    columns, rows = read_rows(metrics_csv)
+    tests = [key for key in columns if key.startswith("test/")]
+
+    def held(row: dict) -> bool:
+        epoch = _number(row, "epoch")
+        return epoch is not None and epoch <= from_epoch and not any(row[key] for key in tests)
+
+    # Lightning logs an epoch's metrics at the step of its last batch, the step of that batch's learning rate.
+    last_step = max((step for row in rows if held(row) and (step := _number(row, "step")) is not None), default=-1)
+
+    def step_held(row: dict) -> bool:
+        step = _number(row, "step")
+        return _number(row, "epoch") is None and step is not None and step <= last_step
+
+    write_rows(metrics_csv, columns, [row for row in rows if held(row) or step_held(row)])
+
+
+def last_logged(metrics_csv: Path, key: str) -> float:
+    """The last value of `key` in metrics.csv (a resumed run whose epochs were all done logs none)."""
+    values = [row[key] for row in read_rows(metrics_csv)[1] if row.get(key)]
+    if not values:
+        raise CheckpointError(f"{metrics_csv}: no {key} logged; delete the run folder to retrain this rung")
+    return float(values[-1])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 
 import lightning as L
+import numpy as np
 import torch
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
@@ -15,9 +17,9 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitladder.data.device_batches import stream_seed
 from vitladder.errors import UserError
 from vitladder.model import ViTConfig, build_vit
-from vitladder.training.resume import seed_epoch
 
 log = logging.getLogger(__name__)
 
@@ -26,32 +28,30 @@ class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+def seed_epoch(seed: int, rank: int, epoch: int) -> None:
+    """Seeds the global RNG streams (MixUp/CutMix draws from numpy, drop path from torch, CPU and CUDA) from
+    ``(seed, rank, epoch)`` at the start of every training epoch: each rank draws its own samples, and an epoch's
+    draws depend on nothing before it, so a run resumed at an epoch boundary draws exactly what an uninterrupted
+    one draws, with no RNG state in the checkpoint."""
+    value = stream_seed(seed, rank, epoch, "global")
+    torch.manual_seed(value)  # every device's generator too
+    np.random.seed(value % 2**32)
+    random.seed(value)
+
+
 def mixes(mixup_alpha: float, cutmix_alpha: float) -> bool:
-    """Whether MixUp/CutMix is on: either alpha above 0."""
     return mixup_alpha > 0 or cutmix_alpha > 0
 
 
-def build_mixup(
-    mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float, label_smoothing: float, num_classes: int
-) -> Mixup | None:
-    """timm's Mixup (runs on the batch's device), or None when both alphas are 0."""
-    if not mixes(mixup_alpha, cutmix_alpha):
-        return None
-    return Mixup(
-        mixup_alpha=mixup_alpha,
-        cutmix_alpha=cutmix_alpha,
-        prob=prob,
-        switch_prob=switch_prob,
-        mode="batch",
-        label_smoothing=label_smoothing,
-        num_classes=num_classes,
-    )
+def build_mixup(mixup_alpha: float, cutmix_alpha: float, **settings) -> Mixup | None:
+    """timm's Mixup, one draw per batch on the batch's device (``settings``: its prob, switch_prob,
+    label_smoothing and num_classes), or None when both alphas are 0."""
+    return Mixup(mixup_alpha, cutmix_alpha, mode="batch", **settings) if mixes(mixup_alpha, cutmix_alpha) else None
 
 
 class RecipeModule(L.LightningModule):
-    """One rung's ViT with its training recipe: the loss (label smoothing, timm's MixUp/CutMix), AdamW with
-    warmup and cosine decay per optimizer step, per-rank seeding of the random draws, and the accuracy and
-    loss metrics logged per epoch. Built by ``training.run.build_module`` from a composed config."""
+    """One rung's ViT with its recipe: the loss, AdamW with warmup and cosine decay per optimizer step, the random
+    draws seeded per rank and epoch, and accuracy and loss logged per epoch (built by ``training.run.build_module``)."""
 
     def __init__(
         self,
@@ -64,28 +64,13 @@ class RecipeModule(L.LightningModule):
         steps_per_epoch: int,
         normalization: dict | None = None,
         compile: bool = False,
-        fused_adamw: bool = False,
+        fused_adamw: bool = False,  # cuda_choices.py: on CUDA unless gradients are clipped
         seed: int = 0,
     ) -> None:
         super().__init__()
-        # In the checkpoint (analysis/checkpoint.py reads hyper_parameters["model"]), not in the loggers:
-        # W&B's config is the resolved Hydra config, logged once (vitladder.wandb.run.make_logger).
-        self.save_hyperparameters(
-            {
-                "model": model,
-                "optim": optim,
-                "label_smoothing": label_smoothing,
-                "mixup": mixup,
-                "max_epochs": max_epochs,
-                "warmup_epochs": warmup_epochs,
-                "steps_per_epoch": steps_per_epoch,
-                "normalization": normalization,
-                "compile": compile,
-                "fused_adamw": fused_adamw,  # cuda_choices.py: on CUDA unless gradients are clipped
-                "seed": seed,
-            },
-            logger=False,
-        )
+        # The arguments, in the checkpoint (analysis/checkpoint.py rebuilds the ViT from "model"), not in the
+        # loggers: W&B's config is the resolved Hydra config (vitladder.wandb.run.make_logger).
+        self.save_hyperparameters(logger=False)
         self.compile_failed = False  # set by a failed compile: this process then runs the model eagerly
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
@@ -100,9 +85,9 @@ class RecipeModule(L.LightningModule):
         # default NaN check reads the device at every update; with nan_strategy="disable" a NaN also reaches
         # the divergence check instead of being dropped from the mean.
         self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.train_acc, self.val_acc, self.test_acc = (
+            MulticlassAccuracy(num_classes, average="micro") for _ in range(3)
+        )
 
     def configure_model(self) -> None:
         if self.hparams.compile:
@@ -125,15 +110,12 @@ class RecipeModule(L.LightningModule):
         except torch._dynamo.exc.TorchDynamoException as error:
             if not self.hparams.compile:
                 raise
-            self._fall_back_to_eager(error)
+            # A compile failure costs the speed-up, not the run: one warning line, then this process runs eagerly.
+            self.compile_failed = True
+            if self.global_rank == 0:
+                cause = " ".join(line.strip() for line in str(error).strip().splitlines()[:2])
+                log.warning("torch.compile failed (%s): training on without it (speed.compile=false skips it)", cause)
             return self.forward(images)
-
-    def _fall_back_to_eager(self, error: Exception) -> None:
-        """A compile failure costs the speed-up, not the run: one warning line, then this process runs eagerly."""
-        self.compile_failed = True
-        if self.global_rank == 0:
-            cause = " ".join(line.strip() for line in str(error).strip().splitlines()[:2])
-            log.warning("torch.compile failed (%s): training on without it (speed.compile=false skips it)", cause)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, labels = batch  # (B, 3, S, S) float, (B,) int64
@@ -144,8 +126,7 @@ class RecipeModule(L.LightningModule):
         loss = self.train_criterion(logits, targets)
         self.train_loss.update(loss.detach())
         # Under MixUp/CutMix the image is a blend: train/acc scores the dominant class of its mixed target.
-        scored = targets.argmax(dim=-1) if targets.ndim == 2 else labels  # (B,)
-        self.train_acc.update(logits.detach(), scored)
+        self.train_acc.update(logits.detach(), targets.argmax(dim=-1) if targets.ndim == 2 else labels)
         return loss
 
     def on_train_epoch_end(self) -> None:
@@ -161,32 +142,29 @@ class RecipeModule(L.LightningModule):
         self.train_loss.reset()
         self.train_acc.reset()
 
-    def _evaluate(
-        self, batch: tuple[torch.Tensor, torch.Tensor], loss_metric: MeanMetric, acc_metric: MulticlassAccuracy
-    ) -> None:
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
         images, labels = batch
         # A compiled model then builds one eval graph for any batch size (the last batch is smaller),
         # instead of a static one first and a dynamic one at the first partial batch.
         torch._dynamo.maybe_mark_dynamic(images, 0)
         logits = self(images)
+        loss, acc = getattr(self, f"{stage}_loss"), getattr(self, f"{stage}_acc")
         # One loss per image, no weight: a Python weight would be copied to the device at every step (and
         # MeanMetric's nan_strategy="disable" ignores weights).
-        loss_metric.update(self.eval_criterion(logits, labels))  # (B,)
-        acc_metric.update(logits, labels)
+        loss.update(self.eval_criterion(logits, labels))  # (B,)
+        acc.update(logits, labels)
+        # Lightning's defaults here: the metric objects are computed and logged once per epoch.
+        self.log(f"{stage}/loss", loss)
+        self.log(f"{stage}/acc", acc)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.val_loss, self.val_acc)
-        # Lightning's defaults here: the metric objects are computed and logged once per epoch.
-        self.log("val/loss", self.val_loss)
-        self.log("val/acc", self.val_acc)
+        self._evaluate(batch, "val")
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_loss, self.test_acc)
-        self.log("test/loss", self.test_loss)
-        self.log("test/acc", self.test_acc)
+        self._evaluate(batch, "test")
 
     def configure_optimizers(self):
-        optim = self.hparams.optim
+        optim, steps_per_epoch = self.hparams.optim, self.optimizer_steps_per_epoch()
         # timm's factory keeps weight decay off biases, norms, the CLS token and position embeddings.
         optimizer = create_optimizer_v2(
             self.model,
@@ -196,13 +174,11 @@ class RecipeModule(L.LightningModule):
             betas=tuple(optim["betas"]),
             **({"fused": True} if self.hparams.fused_adamw else {}),
         )
-        steps_per_epoch = self.optimizer_steps_per_epoch()
-        total_steps = steps_per_epoch * self.hparams.max_epochs
         warmup_steps = round(self.hparams.warmup_epochs * steps_per_epoch)
         scheduler = CosineLRScheduler(
             optimizer,
             # Step k trains at the schedule's value for k (0-based): the cosine reaches min_lr on the last step.
-            t_initial=max(1, total_steps - warmup_steps - 1),
+            t_initial=max(1, steps_per_epoch * self.hparams.max_epochs - warmup_steps - 1),
             lr_min=optim["min_lr"],
             warmup_t=warmup_steps,
             warmup_lr_init=optim["warmup_start_lr"],
@@ -212,15 +188,13 @@ class RecipeModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def optimizer_steps_per_epoch(self) -> int:
-        """Optimizer steps in one whole epoch: what the schedule is sized by, and what done.json counts epochs in."""
+        """What the schedule is sized by, and what done.json counts epochs in."""
         # Given by the data, not trainer.estimated_stepping_batches: that starts iterating the training data
         # before a checkpoint is restored, so a resumed run's first epoch would replay epoch 0's batches.
-        batches = int(self.hparams.steps_per_epoch)
-        limit = self.trainer.limit_train_batches
+        batches, limit = int(self.hparams.steps_per_epoch), self.trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
         # Lightning also steps on an epoch's last batch when it ends an accumulation early: round up.
         return max(1, -(-batches // self.trainer.accumulate_grad_batches))
 
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric=None) -> None:
-        # timm schedulers are driven by the update count, not by epochs.
-        scheduler.step_update(num_updates=self.global_step)
+        scheduler.step_update(num_updates=self.global_step)  # timm's schedulers count updates, not epochs

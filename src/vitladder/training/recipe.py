@@ -1,29 +1,89 @@
-"""A run folder belongs to one recipe: its resolved config.yaml. A finished rung is skipped, and an
-interrupted one resumed, only when the config that would run now is the same outside the keys its schema
-marks ``setting(in_recipe=False)`` (config_schema.py): where a run is written and shown, how it is logged,
-its kernels, its checkpoint interval, the rungs' descriptions, the evaluation batch and the probes.
-
-An upgrade keeps a run's identity: a setting added since (absent from config.yaml) is no change while it
-stands at its default, and a setting removed since is none if it stood at the default it had then, as the
-folder's provenance.json records it (training/provenance.py)."""
+"""A run folder belongs to one recipe, its resolved config.yaml: a finished rung is skipped, and an interrupted one
+resumed, only when the config that would run now is the same outside the keys its schema marks
+``setting(in_recipe=False)``. provenance.json, written with it, records what made the run and every key's default
+then, so that an upgrade keeps the run: a setting added since is no change while it stands at its default now, one
+removed since none if it stood at its default then (docs/design.md §5)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+import logging
+import platform
+import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import warnings
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from vitladder.config import flatten
+from vitladder.atomic import write_json, write_text
+from vitladder.config import CONF_DIR, base_values, flatten
 from vitladder.config_schema import outside_the_recipe
+from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths
-from vitladder.training.provenance import key_defaults, read_provenance, versions
+from vitladder.training.lock import run_lock
+
+log = logging.getLogger(__name__)
 
 ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
+LIBRARIES = ("torch", "lightning", "timm", "hydra-core", "wandb")
+SUPPLIED_BY_THE_RUN = ("logger", "callbacks", "plugins")  # Trainer arguments the config does not hold
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(CONF_DIR.parent), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache
+def versions() -> dict[str, str | None]:
+    """The project's version and git commit (``-dirty`` when tracked files differ from it; None outside a git
+    checkout of it, such as an installed copy inside another repository), Python's and the libraries'."""
+    top = _git("rev-parse", "--show-toplevel")
+    ours = top is not None and CONF_DIR.parent.samefile(top)
+    return {
+        "vitladder": _version("vitladder"),
+        "git_commit": _git("describe", "--always", "--dirty", "--abbrev=12", "--exclude=*") if ours else None,
+        "python": platform.python_version(),
+        **{name: _version(name) for name in LIBRARIES},
+    }
+
+
+@functools.cache
+def trainer_defaults() -> dict[str, Any]:
+    """trainer.<argument>: Lightning's own default, from the installed Trainer's signature."""
+    parameters = inspect.signature(L.Trainer).parameters.items()
+    return {f"trainer.{name}": p.default for name, p in parameters if name not in SUPPLIED_BY_THE_RUN}
+
+
+def key_defaults(cfg: DictConfig) -> dict[str, Any]:
+    """Every key's default, dotted: its value in conf/ before any rung or command line (the schema's default where
+    conf/ gives none), for the run's data source; Lightning's own for trainer.*."""
+    return {**flatten(base_values(str(cfg.data.source))), **trainer_defaults()}
+
+
+def write_recipe(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
+    """config.yaml (the resolved config), provenance.json (what made it) and overrides.yaml (the command line)."""
+    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
+    write_json(paths.provenance, {"versions": versions(), "defaults": key_defaults(cfg)})
+    if overrides is not None:
+        write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
 
 def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
@@ -32,14 +92,11 @@ def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
 
 
 def recipe_changes(
-    stored: Mapping[str, Any],
-    current: Mapping[str, Any],
-    defaults_then: Mapping[str, Any] | None = None,
-    defaults_now: Mapping[str, Any] | None = None,
+    stored: dict, current: dict, defaults_then: dict | None = None, defaults_now: dict | None = None
 ) -> list[tuple[str, Any, Any]]:
     """(key, stored value, current value) for every recipe key that differs; both configs resolved. A key only
     the current config has is no change at its default now, one only the stored config has none at its default
-    then (defaults: dotted keys, provenance.key_defaults)."""
+    then (defaults: dotted keys, key_defaults)."""
     old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
     then, now = defaults_then or {}, defaults_now or {}
 
@@ -55,38 +112,43 @@ def recipe_changes(
     ]
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """A run folder's recipe against the config that would run now."""
-
-    changes: list[tuple[str, Any, Any]] | None  # None: config.yaml missing or unreadable
-    dropped: list[str]  # settings the current version no longer has, that stood at the default they had
-    made_by: list[str]  # what made the folder, where it differs from now: "lightning 2.5.2 → 2.6.6"
-
-    @property
-    def same(self) -> bool:
-        return self.changes == []
-
-
-def compare_folder(paths: RunPaths, cfg: DictConfig) -> Comparison:
-    """The folder's config.yaml (and provenance.json) against ``cfg``."""
-    made = read_provenance(paths)
-    made_by = [
-        f"{name} {_show(before)} → {_show(versions().get(name))}"
-        for name, before in made.get("versions", {}).items()
-        if before != versions().get(name)
-    ]
+def _read(load, path: Path) -> dict | None:
+    """A stored file's mapping; None when it is missing, unreadable or not a mapping."""
     try:
-        stored = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=False)
-    except Exception:  # missing or unreadable: its recipe is unknown
-        stored = None
-    if not isinstance(stored, dict):
-        return Comparison(None, [], made_by)
-    current = OmegaConf.to_container(cfg, resolve=True)
-    then = made.get("defaults", {})
-    old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
-    dropped = [k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k, outside)]
-    return Comparison(recipe_changes(stored, current, then, key_defaults(cfg)), sorted(dropped), made_by)
+        stored = load(path)
+    except Exception:  # missing or unreadable: what it held is unknown
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
+def replaces_old_run(cfg: DictConfig) -> bool:
+    """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
+    (overwrite=true). Without overwrite that is a UserError; a fresh folder or the same recipe is False."""
+    paths = RunPaths(Path(cfg.run_dir))
+    finished = paths.done.exists()
+    if not (finished or paths.last_ckpt.exists()):
+        return False  # nothing trained there to reuse
+    made = _read(lambda path: json.loads(path.read_text()), paths.provenance) or {}
+    stored = _read(lambda path: OmegaConf.to_container(OmegaConf.load(path)), paths.config)
+    changes = []
+    if stored is not None:
+        current, then = OmegaConf.to_container(cfg, resolve=True), made.get("defaults", {})
+        changes = recipe_changes(stored, current, then, key_defaults(cfg))
+        if not changes:
+            old, new = flatten(stored), flatten(current)
+            dropped = sorted(k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k))
+            if dropped:
+                warnings.warn(dropped_message(paths.root, dropped), stacklevel=1)  # one place: once
+            return False
+    if not cfg.overwrite:
+        now = versions()
+        made_by = [
+            f"{name} {_show(v)} → {_show(now.get(name))}"
+            for name, v in made.get("versions", {}).items()
+            if v != now.get(name)
+        ]
+        raise UserError(changed_recipe_message(paths.root, changes, finished, made_by))
+    return True
 
 
 def dropped_message(run_dir: Path, dropped: list[str]) -> str:
@@ -99,13 +161,11 @@ def dropped_message(run_dir: Path, dropped: list[str]) -> str:
 def _show(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value).replace(" ", "")
+    return str(value).lower() if isinstance(value, bool) else str(value).replace(" ", "")
 
 
 def changed_recipe_message(
-    run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: Sequence[str] = ()
+    run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: list[str] | tuple = ()
 ) -> str:
     """One line: what changed (and what made the folder, where that differs from now), and the two ways on."""
     state = "a finished run" if finished else "an interrupted run"
@@ -124,13 +184,13 @@ def changed_recipe_message(
     )
 
 
-def move_aside(run_dir: Path) -> Path:
-    """Renames a run folder to `<rung>.replaced-<time>/` beside it (never deletes); returns the new path."""
+def set_aside(paths: RunPaths) -> None:
+    """overwrite=true: renames a run of another recipe to <rung>.replaced-<time>/ (never deletes it), under its
+    lock, so never from under a process still training there."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = run_dir.with_name(f"{run_dir.name}.replaced-{stamp}")
-    counter = 2
+    target, n = paths.root.with_name(f"{paths.root.name}.replaced-{stamp}"), 2
     while target.exists():
-        target = run_dir.with_name(f"{run_dir.name}.replaced-{stamp}-{counter}")
-        counter += 1
-    run_dir.rename(target)
-    return target
+        target, n = paths.root.with_name(f"{paths.root.name}.replaced-{stamp}-{n}"), n + 1
+    with run_lock(paths.root):
+        paths.root.rename(target)
+    log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, target)

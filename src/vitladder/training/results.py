@@ -12,44 +12,24 @@ from omegaconf import DictConfig
 from vitladder.atomic import save_safetensors, write_json
 from vitladder.data.sources import describe
 from vitladder.run_folder import MODEL_FORMAT, RunPaths
+from vitladder.training.metrics_csv import last_logged
 from vitladder.training.module import RecipeModule
-from vitladder.training.resume import last_logged
 from vitladder.wandb.artifacts import log_rung_artifacts
 from vitladder.wandb.run import wandb_failure_warns
 
 
-def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
-    """model.safetensors: the trained weights, and in its header all that rebuilds and names them (vit_config is
-    the arguments of timm's VisionTransformer)."""
-    save_safetensors(
-        {k: v.detach().cpu() for k, v in module.model.state_dict().items()},
-        {
-            "format": MODEL_FORMAT,
-            "vit_config": module.vit_config.to_dict(),
-            "classes": list(classes),
-            "normalization": module.hparams["normalization"],  # what the analysis and the demo normalise with
-            "rung": cfg.rung,
-            "ladder": cfg.ladder,
-        },
-        paths.model,
-    )
-
-
 def final_val_acc(trainer: L.Trainer, paths: RunPaths, validated: bool = True) -> float | None:
-    """The last validation accuracy (None without a validation split: ``validated`` False); a run resumed
-    after its last epoch validated nothing this time, so its value is the one metrics.csv logged before the
-    interruption."""
+    """The last validation accuracy (None without a validation split); a run resumed after its last epoch
+    validated nothing this time: the one metrics.csv logged before the interruption."""
     if not validated:
         return None
     val_acc = trainer.callback_metrics.get("val/acc")
-    if val_acc is None:
-        val_acc = last_logged(paths.metrics_csv, "val/acc")
-    return float(val_acc)
+    return float(last_logged(paths.metrics_csv, "val/acc") if val_acc is None else val_acc)
 
 
 def epochs_trained(steps: int, steps_per_epoch: int) -> int | float:
-    """Epochs trained, counted in optimizer steps: a whole number, or a fraction when trainer.max_time stopped the
-    last epoch part way (Lightning counts that epoch as finished)."""
+    """Epochs trained, counted in optimizer steps: a fraction when trainer.max_time stopped the last epoch part way
+    (Lightning counts that epoch as finished)."""
     whole, rest = divmod(steps, steps_per_epoch)
     return whole if rest == 0 else round(steps / steps_per_epoch, 2)
 
@@ -63,10 +43,10 @@ def rung_summary(
     started: float,
     data: dict | None = None,
 ) -> dict:
-    """done.json's content: the rung's identity and model size, what it trained (epochs and optimizer steps,
-    planned and done, and ``data``: ImageDataModule.facts()), accuracies and the probes' scalars (``analysis``)."""
+    """done.json: the rung, its model, what it trained (``data``: ImageDataModule.facts()), its accuracies and the
+    probes' scalars (``analysis``)."""
     steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
-    summary = {
+    return {
         "rung": cfg.rung,
         "ladder": cfg.ladder,
         "seed": int(cfg.seed),
@@ -80,14 +60,22 @@ def rung_summary(
         "test_loss": float(test_metrics["test/loss"]),
         "val_acc": val_acc,
         "seconds": round(time.time() - started, 1),
+        **(analysis or {}),
     }
-    return {**summary, **(analysis or {})}
+
+
+def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
+    """model.safetensors: the weights, and in its header all that rebuilds and names them (vit_config is the
+    arguments of timm's VisionTransformer; the normalisation is what the analysis and the demo normalise with)."""
+    header = {"format": MODEL_FORMAT, "vit_config": module.vit_config.to_dict(), "classes": list(classes)}
+    header |= {"normalization": module.hparams["normalization"], "rung": cfg.rung, "ladder": cfg.ladder}
+    save_safetensors({k: v.detach().cpu() for k, v in module.model.state_dict().items()}, header, paths.model)
 
 
 def write_results(
     module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig, summary: dict, wandb_logger
 ) -> None:
-    """On the global-zero process. done.json comes last: its presence means every other output is complete."""
+    """On the global-zero process: the model, the W&B summary and artifacts, done.json last."""
     save_model(module, paths, classes, cfg)
     if wandb_logger is not None:
         kept = f"the rung is finished and saved in {paths.root} (scripts/analyze.py logs its analysis again)"

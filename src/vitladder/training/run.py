@@ -1,10 +1,14 @@
-"""Train one rung into its folder: config, checkpoints, metrics CSV, W&B run, completion marker."""
+"""Train one rung into its folder: config, checkpoints, metrics CSV, W&B run, completion marker.
+
+A finished rung (done.json present) is skipped untouched, and an interrupted one resumes from last.ckpt in the
+same W&B run, only under the same recipe (training/recipe.py). One process per rung: the folder's lock is held
+from config.yaml to done.json (training/lock.py). On several devices only rank 0 writes; the other ranks train
+beside it (training/ranks.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,30 +17,31 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
-from vitladder.atomic import remove_leftovers, write_text
+from vitladder.atomic import remove_leftovers
 from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths, read_summary
 from vitladder.training.axes import axis_callbacks
-from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint
+from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, checkpoint_epoch
 from vitladder.training.lock import run_lock
-from vitladder.training.metrics_csv import MetricsLogger
+from vitladder.training.metrics_csv import MetricsLogger, prune_metrics
 from vitladder.training.module import RecipeModule, TrainingDiverged, mixes
-from vitladder.training.provenance import write_provenance
 from vitladder.training.ranks import started_for_another_rank
-from vitladder.training.recipe import changed_recipe_message, compare_folder, dropped_message, move_aside
+from vitladder.training.recipe import replaces_old_run, set_aside, write_recipe
 from vitladder.training.results import final_val_acc, rung_summary, write_results
-from vitladder.training.resume import checkpoint_epoch, prune_metrics
 from vitladder.wandb.run import check_wandb_mode, finished_if_failed, make_logger
 
 log = logging.getLogger(__name__)
 
-# Builds the rung's analysis from its config, run folder and set-up data: a callback of the fit whose ``scalars``
-# (None until it has analysed the final model) go into done.json. The caller gives it, as the analysis is a layer
-# above training (vitladder.pipeline gives the probes' AttentionAnalysis).
+# The rung's analysis from its config, run folder and data: a callback whose ``scalars`` (None until it has analysed
+# the final model) go into done.json. A layer above training: vitladder.pipeline gives the probes' one.
 Analysis = Callable[[DictConfig, RunPaths, ImageDataModule], L.Callback]
+
+
+class RunInterrupted(UserError):
+    exit_code = 130
 
 
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
@@ -62,49 +67,28 @@ def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
 def check_patch_size(patch_size: int, image_size: int) -> int:
     """The image size, once model.patch_size is known to divide it (the source sets it, so the config cannot)."""
     if image_size % patch_size:
-        divisors = [d for d in (4, 8, 2, 16, 1) if image_size % d == 0]
+        divisor = next(d for d in (4, 8, 2, 16, 1) if image_size % d == 0)
         raise UserError(
             f"model.patch_size={patch_size} does not divide the {image_size}x{image_size} images of this data: "
-            f"choose a divisor of {image_size}, e.g. model.patch_size={divisors[0]}"
+            f"choose a divisor of {image_size}, e.g. model.patch_size={divisor}"
         )
     return image_size
-
-
-class RunInterrupted(UserError):
-    exit_code = 130
-
-
-def resume_checkpoint(paths: RunPaths) -> str | None:
-    """last.ckpt of an interrupted run (metrics.csv cut back to it), or None for a fresh start (no metrics.csv)."""
-    if not paths.last_ckpt.exists():
-        paths.metrics_csv.unlink(missing_ok=True)  # rows of an attempt killed before its first checkpoint
-        return None
-    prune_metrics(paths.metrics_csv, from_epoch=checkpoint_epoch(paths.last_ckpt))
-    return str(paths.last_ckpt)
-
-
-def _placement(cfg: DictConfig) -> dict:
-    """Where the run trains: the Trainer arguments that fix its devices and processes."""
-    return {key: cfg.trainer[key] for key in ("accelerator", "devices", "strategy", "num_nodes")}
 
 
 def world_size(cfg: DictConfig) -> int:
     """How many processes the run will train on, read from a trainer that is built and dropped (no process
     starts), so that a batch that does not split over them, or a strategy that would lose the run's state,
     fails before anything is written."""
+    placement = {key: cfg.trainer[key] for key in ("accelerator", "devices", "strategy", "num_nodes")}
     quiet = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # its device lines come with the real one
     level = quiet.level
     quiet.setLevel(logging.WARNING)
     try:
         probe = L.Trainer(
-            **_placement(cfg),
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+            **placement, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
         )
     except MisconfigurationException as error:
-        where = " ".join(f"trainer.{key}={value}" for key, value in _placement(cfg).items())
+        where = " ".join(f"trainer.{key}={value}" for key, value in placement.items())
         raise UserError(f"{where}: {str(error).strip().splitlines()[0]}") from None
     finally:
         quiet.setLevel(level)
@@ -116,70 +100,40 @@ def world_size(cfg: DictConfig) -> int:
     start = StrategyRegistry[strategy]["init_params"].get("start_method") if strategy in StrategyRegistry else None
     if start not in (None, "popen") or getattr(probe.strategy.launcher, "is_interactive_compatible", False):
         raise UserError(
-            f"trainer.strategy={cfg.trainer.strategy} trains in processes that keep the run's epochs, steps and "
+            f"trainer.strategy={strategy} trains in processes that keep the run's epochs, steps and "
             "analysis to themselves: use trainer.strategy=ddp (Lightning then runs the command once per device)"
         )
     return probe.world_size
 
 
 def check_placement(cfg: DictConfig) -> None:
-    """Refuses a run its devices cannot train, in one line, before anything is written: a placement Lightning
-    rejects, a spawn or fork strategy, or a global batch that does not split over the devices (into even batches
-    under MixUp/CutMix). The ladder checks every run it will train before the first trains."""
+    """Refuses, before anything is written, a placement Lightning rejects, a spawn or fork strategy, or a global
+    batch that does not split over the devices (into even batches under MixUp/CutMix)."""
     mixing = mixes(cfg.mixup.mixup_alpha, cfg.mixup.cutmix_alpha)
     per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
 
 
 def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
-    """The `trainer:` block is the Trainer's arguments (config_schema.TrainerConfig); the run adds its own
-    loggers, callbacks and plugins."""
+    """The `trainer:` block's arguments (config_schema.TrainerConfig) and the run's loggers, callbacks, plugins."""
     arguments = OmegaConf.to_container(cfg.trainer, resolve=True)
     if int(cfg.data.val_size) == 0:  # no validation split: no validation loop (not an empty one Lightning warns of)
         arguments["limit_val_batches"] = 0
-    return L.Trainer(
-        **arguments,
-        logger=loggers,
-        callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()],  # last.ckpt: written atomically beside the old one, read weights-only
-    )
+    # last.ckpt: written atomically beside the old one, read weights-only
+    return L.Trainer(**arguments, logger=loggers, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
 
 
-def replaces_old_run(cfg: DictConfig) -> bool:
-    """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
-    (overwrite=true). Without overwrite that is a UserError; a fresh folder or the same recipe is False."""
-    paths = RunPaths(Path(cfg.run_dir))
-    finished = paths.done.exists()
-    if not (finished or paths.last_ckpt.exists()):
-        return False  # nothing trained there to reuse
-    comparison = compare_folder(paths, cfg)
-    if comparison.same:
-        if comparison.dropped:
-            warnings.warn(dropped_message(paths.root, comparison.dropped), stacklevel=1)  # one place: once
-        return False
-    if not cfg.overwrite:
-        raise UserError(changed_recipe_message(paths.root, comparison.changes or [], finished, comparison.made_by))
-    return True
-
-
-def write_run_config(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
-    """config.yaml (the resolved config: the recipe later runs are compared with), provenance.json (what
-    made it) and overrides.yaml (the command-line overrides that made it)."""
-    write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
-    write_provenance(paths, cfg)
-    if overrides is not None:
-        write_text(paths.overrides, OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+def resume_checkpoint(paths: RunPaths) -> str | None:
+    """last.ckpt of an interrupted run (metrics.csv cut back to it), or None for a fresh start (no metrics.csv)."""
+    if not paths.last_ckpt.exists():
+        paths.metrics_csv.unlink(missing_ok=True)  # rows of an attempt killed before its first checkpoint
+        return None
+    prune_metrics(paths.metrics_csv, from_epoch=checkpoint_epoch(paths.last_ckpt))
+    return str(paths.last_ckpt)
 
 
 def train_rung(cfg: DictConfig, overrides: list[str] | None = None, *, make_analysis: Analysis) -> dict:
     """Trains, tests, analyses (with the callback ``make_analysis`` builds) and saves one rung; returns its summary.
-    `overrides`: the command-line overrides that made cfg, kept in the run folder.
-
-    A finished rung (done.json present) is skipped untouched, and an interrupted one resumes from
-    last.ckpt in the same W&B run, only under the same recipe (replaces_old_run). done.json is
-    written last, so its presence means finished.
-    One process per rung: the folder's lock is held from config.yaml to done.json (training/lock.py).
-    On several devices only rank 0 writes; the other ranks train beside it (training/ranks.py).
-    """
+    `overrides`: the command-line overrides that made cfg, kept in the run folder."""
     paths = RunPaths(Path(cfg.run_dir))
     replace = replaces_old_run(cfg)
     if paths.done.exists() and not replace:
@@ -192,7 +146,16 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None, *, make_anal
     datamodule.setup()  # loads nothing again: prepare_data's load is kept for the process
     check_patch_size(int(cfg.model.patch_size), datamodule.image_size)
     if started_for_another_rank():
-        return _train_beside_rank_zero(cfg, paths, datamodule, started, replace, make_analysis)
+        # Trains with rank 0 and writes nothing. It resumes as rank 0 does, from the same files: before it trains,
+        # rank 0 changes none that this reads, except moving a run of another recipe aside, after which both start
+        # afresh. Each rank reads last.ckpt itself (Lightning's resume).
+        resume_from = None if replace or not paths.last_ckpt.exists() else str(paths.last_ckpt)
+        try:
+            return _fit_and_test(cfg, paths, datamodule, started, resume_from, make_analysis)
+        except TrainingDiverged:
+            # Every rank stops at the same epoch end (the loss is averaged over the ranks) and rank 0 says why,
+            # once. Ending quietly keeps Lightning's process watcher from killing rank 0 while it closes W&B.
+            raise SystemExit(0) from None
     if replace:
         set_aside(paths)
     with run_lock(paths.root):  # one process per rung, until done.json is written
@@ -203,36 +166,8 @@ def train_rung(cfg: DictConfig, overrides: list[str] | None = None, *, make_anal
             return read_summary(paths.root)
         for leftover in remove_leftovers(paths.root):  # half-written files of a process killed here before
             log.info("removed %s, left by an interrupted write", leftover)
-        write_run_config(paths, cfg, overrides)
+        write_recipe(paths, cfg, overrides)
         return _fit_and_test(cfg, paths, datamodule, started, resume_checkpoint(paths), make_analysis)
-
-
-def _train_beside_rank_zero(
-    cfg: DictConfig,
-    paths: RunPaths,
-    datamodule: ImageDataModule,
-    started: float,
-    replace: bool,
-    make_analysis: Analysis,
-) -> dict:
-    """A rank other than 0 trains the rung with rank 0 and writes nothing. It resumes as rank 0 does, from the
-    same files: before it trains, rank 0 changes none that this reads, except moving a run of another recipe
-    aside, after which both start afresh. Each rank reads last.ckpt itself (Lightning's resume)."""
-    resume_from = None if replace or not paths.last_ckpt.exists() else str(paths.last_ckpt)
-    try:
-        return _fit_and_test(cfg, paths, datamodule, started, resume_from, make_analysis)
-    except TrainingDiverged:
-        # Every rank stops at the same epoch end (the loss is averaged over the ranks) and rank 0 says why, once.
-        # Ending quietly keeps Lightning's process watcher from killing rank 0 while it closes its W&B run.
-        raise SystemExit(0) from None
-
-
-def set_aside(paths: RunPaths) -> None:
-    """overwrite=true: moves a run of another recipe to <rung>.replaced-<time>/, under its lock, so never
-    from under a process still training there."""
-    with run_lock(paths.root):
-        moved = move_aside(paths.root)
-    log.warning("%s held another recipe (overwrite=true): the old run is now %s", paths.root, moved)
 
 
 def _fit_and_test(
@@ -243,28 +178,24 @@ def _fit_and_test(
     resume_from: str | None,
     make_analysis: Analysis,
 ) -> dict:
-    """Fits (from ``resume_from``, a last.ckpt, or afresh), tests and analyses the rung, on every rank; rank 0,
-    which holds the folder's lock, logs to W&B and writes the results."""
+    """Fits (from ``resume_from`` or afresh), tests and analyses the rung on every rank; rank 0 writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    csv_logger = MetricsLogger(paths.root)
-    # Saved at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the divergence check,
-    # atomically (AtomicCheckpointIO).
+    # last.ckpt, one file replaced at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the
+    # divergence check
     checkpoint = SpacedCheckpoint(
         min_interval_s=float(cfg.checkpoint.min_interval_s),
+        every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
         dirpath=str(paths.checkpoints),
         filename=paths.last_ckpt.stem,
         enable_version_counter=False,
-        monitor=None,
-        save_top_k=1,
-        save_on_train_epoch_end=True,  # one file, replaced each time
-        every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
+        save_on_train_epoch_end=True,
     )
     analysis = make_analysis(cfg, paths, datamodule)
     callbacks = [checkpoint, analysis, *axis_callbacks()]
     with finished_if_failed():
         wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
-        loggers = [logger for logger in (wandb_logger, csv_logger) if logger is not None]
+        loggers = [logger for logger in (wandb_logger, MetricsLogger(paths.root)) if logger is not None]
         trainer = build_trainer(cfg, paths, loggers, callbacks)
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
