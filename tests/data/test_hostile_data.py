@@ -387,6 +387,33 @@ def test_links_an_archive_cannot_follow_are_refused_with_a_count(tmp_path: Path)
     one_line_error(outside, tmp_path / "cache", "train/a/1.png is a link to /etc/passwd, outside the archive")
 
 
+@pytest.mark.parametrize("where", ["archive", "folder"])
+def test_a_path_thousands_of_folders_deep_is_refused_at_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Looking a path up costs its depth squared: 2,000 folders took minutes before the walk stopped at
+    trees.MAX_DEPTH. Counted, not timed: the walk looks up no path deeper than the limit."""
+    deep = "train/cat/" + "d/" * 2_000 + "x.png"
+    layout = [member(f"{split}/{cls}/{i}.png", png(i)) for split in ("train", "test") for cls in "ab" for i in range(2)]
+    tree_class = trees.ArchiveTree if where == "archive" else FolderTree
+    if where == "archive":
+        source = raw_tar(tmp_path / "deep.tar", *layout, member(deep, png(9)))
+    else:
+        source = make_tree(tmp_path / "imgs")
+        folder = source.joinpath(*deep.split("/")[:102])  # 100 folders under train/cat: within PATH_MAX
+        folder.mkdir(parents=True)
+        (folder / "x.png").write_bytes(png(9))
+    depths, lookup = [], tree_class.lookup
+
+    def counted(self, parts: tuple[str, ...]) -> trees.Node:
+        depths.append(len(parts))
+        return lookup(self, parts)
+
+    monkeypatch.setattr(tree_class, "lookup", counted)
+    one_line_error(source, tmp_path / "cache", "train/cat/d/d/d", f"is {trees.MAX_DEPTH} folders deep", "remove it")
+    assert max(depths) == trees.MAX_DEPTH
+
+
 def test_names_with_control_characters_stay_on_one_line(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "imgs", classes=("cat", "new\nline"))
     (root / "test" / "new\nline" / "0001.png").write_bytes(b"not a png")

@@ -24,6 +24,7 @@ Parts = tuple[str, ...]
 MAX_ENTRIES = 1_000_000  # files, folders and links (CIFAR-10 has 60,022)
 MAX_TOTAL_BYTES = 16 << 30  # bytes read in all: archive members, or a folder's images
 MAX_LINK_HOPS = 40  # links followed to resolve one path, as Linux's ELOOP
+MAX_DEPTH = 64  # folders in one path (an image tree is train/<class>/<image>); a lookup costs its depth squared
 MAX_HEADER_BYTES = 1 << 20  # a member's headers (pax records, GNU long names, a sparse map) hold a path, not data
 HEADER_BYTES_PER_MEMBER = 2048  # allowed on average beside the members' data: a header, a pax record, padding
 MAX_TAIL_BYTES = 16 << 20  # after the end-of-archive blocks: record padding (GNU tar: 10 KiB)
@@ -93,6 +94,9 @@ def walk(
                 broken.append((parts, str(why)))
                 continue
             if node.kind == "dir":
+                if len(parts) >= MAX_DEPTH:
+                    deep = f"is {MAX_DEPTH} folders deep, too deep for an image tree (train/<class>/<image>)"
+                    raise DataError(f"{source}: {show(parts)} {deep}: remove it")
                 if node.key in ancestors:
                     loop = "is a symlink loop (it leads back to a folder that holds it): remove it"
                     raise DataError(f"{source}: {show(parts)} {loop}")
