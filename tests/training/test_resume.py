@@ -91,6 +91,39 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_cfg, m
     assert wandb.run is None  # closed as failed: a later run in this process must not attach to it
 
 
+class CtrlCAtEpoch(CrashAtEpoch):
+    """Ctrl-C at the start of an epoch: what Python's SIGINT handler raises in the training loop."""
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_is_one_line_that_says_how_to_resume_and_the_same_command_resumes(tiny_cfg, monkeypatch, capsys):
+    from vitladder.cli import reports_user_errors
+
+    build_trainer = run_module.build_trainer
+    monkeypatch.setattr(
+        run_module,
+        "build_trainer",
+        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CtrlCAtEpoch(1)]),
+    )
+    cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", *TINY)
+    paths = RunPaths(Path(cfg.run_dir))
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as stopped:  # Lightning's graceful shutdown ends in sys.exit(1)
+            reports_user_errors(lambda: train_rung(cfg))()
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores further Ctrl-Cs while it shuts down
+    assert stopped.value.code == run_module.RunInterrupted.exit_code == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"error: {paths.root}: interrupted; run the same command again to resume"
+    assert paths.last_ckpt.exists() and not paths.done.exists() and wandb.run is None
+    monkeypatch.setattr(run_module, "build_trainer", build_trainer)
+    assert train_rung(cfg)["epochs"] == 3 and epochs_in(paths.metrics_csv) == [1, 2, 3]
+
+
 def wait_for(condition, process: subprocess.Popen, timeout_s: float = 300) -> None:
     deadline = time.time() + timeout_s
     while not condition():

@@ -197,11 +197,14 @@ def _fit_and_test(
         wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
         loggers = [logger for logger in (wandb_logger, MetricsLogger(paths.root)) if logger is not None]
         trainer = build_trainer(cfg, paths, loggers, callbacks)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
-        if trainer.interrupted:  # Ctrl-C: Lightning returns quietly, but the rung is not finished
-            raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume from last.ckpt")
-        val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
-        test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+            val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
+            test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+        except SystemExit:  # Ctrl-C: Lightning shuts the trainer down, then exits with 1; the rung is not finished
+            if not trainer.interrupted:
+                raise
+            raise RunInterrupted(f"{paths.root}: interrupted; run the same command again to resume") from None
         summary = rung_summary(cfg, trainer, val_acc, test_metrics, analysis.scalars, started, datamodule.facts())
         if trainer.is_global_zero:
             write_results(module, paths, datamodule.classes, cfg, summary, wandb_logger)
