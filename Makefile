@@ -39,7 +39,7 @@ CONFIRM = $(if $(filter 1 yes true,$(strip $(CONFIRM_LONG))),--yes)
 LADDER_ARGS = --seeds $(strip $(SEEDS)) --data "$(strip $(DATA))" $(CONFIRM) profile=$(strip $(PROFILE)) \
 	$(if $(strip $(LADDER)),ladder=$(strip $(LADDER))) $(ARGS)
 
-.PHONY: help ladder test test-floors lint format mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check \
+.PHONY: help ladder test test-slow test-floors lint format mutation report demo bench wandb-sync wandb-report gpu-wheels gpu-check \
 	clean-venv
 
 help:  ## list the targets
@@ -87,8 +87,11 @@ gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark
 	PYTHONPATH=src:gpu/site $(GPU_PYTHON) scripts/gpu_check.py --budget $(strip $(BUDGET)) \
 		$(if $(strip $(GPU_OUT)),--out $(strip $(GPU_OUT))) $(ARGS)
 
-test: lint  ## check the style, then run the test suite
-	$(PY) -m pytest -q
+test: lint  ## check the style, then run the tests that take seconds (about 15 min on 2 cores)
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)  ## the tests that train for tens of seconds or more: ladders, DDP, resume, compile (CI runs them)
+	$(PY) -m pytest -q -m slow
 
 # make test-floors: a venv of its own with the lowest versions pyproject.toml allows, pinned by constraints made from
 # its >= bounds (devtools/floors.py), so they cannot drift apart; torch and torchvision: the newest the ranges allow.

@@ -113,6 +113,7 @@ def test_wandb_run_holds_the_analysis(fitted_run, wandb_run_reader) -> None:
     assert {pattern: m["step_metric"] for pattern, m in run.metrics.items() if "*" in pattern} == {"*": "epoch"}
 
 
+@pytest.mark.slow
 def test_history_is_checkpointed_and_survives_a_resume(fitted_run, fit_fn, tmp_path: Path) -> None:
     ckpt = torch.load(fitted_run.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     states = [s for s in ckpt["callbacks"].values() if "history" in s]

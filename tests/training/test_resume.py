@@ -39,6 +39,7 @@ def epochs_in(metrics_csv: Path) -> list[int]:
         return [int(float(row["epoch"])) for row in csv.DictReader(file) if row.get("val/acc")]
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tiny_cfg, monkeypatch, tmp_path):
     # mixup_cutmix + drop path: every global RNG stream matters for the resumed run to match.
     overrides = ["profile.epoch_scale=0.03", *TINY]
@@ -99,6 +100,7 @@ class CtrlCAtEpoch(CrashAtEpoch):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_that_says_how_to_resume_and_the_same_command_resumes(tiny_cfg, monkeypatch, capsys):
     from vitladder.cli import reports_user_errors
 
