@@ -4,10 +4,11 @@ built here without saving, every panel must read a key the project's runs really
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from entry_points import load_script
 
 from vitladder.report.ladder_report import collect
 from vitladder.report.report_run import charts, rung_lines
@@ -126,18 +127,19 @@ def test_the_wandb_report_draws_the_position_embeddings_forming_per_rung(smoke_l
 
 
 @pytest.mark.parametrize("api_key", [None, "k" * 40], ids=["not-logged-in", "server-unreachable"])
-def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, fresh_wandb, capsys, api_key) -> None:
-    fresh_wandb.delenv("WANDB_API_KEY", raising=False)
+def test_the_wandb_report_needs_wandb_online(smoke_ladder, tmp_path: Path, child_env, api_key) -> None:
+    # The command as a user runs it, in a process of its own: a W&B service left waiting on a server that does not
+    # answer is then the command's to end, not this test process's.
+    env = child_env(
+        WANDB_MODE="", WANDB_API_KEY=api_key or "", NETRC=str(tmp_path / "no-netrc"), WANDB_INIT_TIMEOUT="1"
+    )
     if api_key:  # logged in, but nothing answers at the W&B address (a closed local port)
-        fresh_wandb.setenv("WANDB_API_KEY", api_key)
-        fresh_wandb.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
-    fresh_wandb.setenv("NETRC", str(tmp_path / "no-netrc"))
-    module = load_script("wandb_report")
-    with pytest.raises(SystemExit) as exit_info:
-        module.main([str(smoke_ladder)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err
+        env["WANDB_BASE_URL"] = "http://127.0.0.1:9"
+    command = [sys.executable, str(REPO / "scripts" / "wandb_report.py"), str(smoke_ladder)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    err = done.stderr
+    assert err.startswith("error: ") and err.count("\n") == 1 and "wandb login" in err and "network" in err, err
     assert ("http://127.0.0.1:9" in err) if api_key else ("not logged in" in err)  # says why
     assert not (smoke_ladder / URL_FILE).exists()
 
