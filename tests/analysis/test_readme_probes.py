@@ -30,7 +30,11 @@ def test_sinusoidal_embeddings_give_the_readmes_correlations() -> None:
     )
     for value, (grid, dim) in zip(values, [(8, 384), (8, 48), (4, 384), (4, 48)]):
         embeddings = build_sincos2d_pos_embed([grid, grid], dim=dim)  # (N, D), row-major like the patches
-        assert shown(grid_correlation(position_similarity(embeddings), grid), 2) == value, (grid, dim)
+        rho = grid_correlation(position_similarity(embeddings), grid)
+        # The README's two decimals, give or take float32's rounding: the grid's pairs that are equal in exact
+        # arithmetic rank by their last bits, which differ between CPUs' kernels (4x4 at 384: exactly -0.98485,
+        # -0.9849 on one CPU, below -0.985 on another).
+        assert abs(rho - float(value.replace("−", "-"))) <= 0.005 + 1e-3, (grid, dim, rho)
 
 
 def test_random_embeddings_give_the_readmes_spread() -> None:
