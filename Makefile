@@ -87,7 +87,7 @@ gpu-check:  ## on a GPU machine (no network): install gpu/wheels, then benchmark
 	PYTHONPATH=src:gpu/site $(GPU_PYTHON) scripts/gpu_check.py --budget $(strip $(BUDGET)) \
 		$(if $(strip $(GPU_OUT)),--out $(strip $(GPU_OUT))) $(ARGS)
 
-test: lint  ## check the style, then run the tests that take seconds (about 20 min on 2 cores)
+test: lint  ## check the style, then run the tests that take seconds (6-21 min on 2 cores)
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)  ## the tests that train for tens of seconds or more: ladders, DDP, resume, compile (CI runs them)
