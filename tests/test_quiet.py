@@ -9,7 +9,7 @@ import warnings
 import lightning as L
 import pytest
 
-from vitladder.quiet import LIGHTNING_INFO, one_line, quiet_libraries
+from vitladder.cli import LIGHTNING_INFO, one_line, quiet_libraries
 
 LIGHTNING, FIT_LOOP = "lightning.pytorch", "lightning.pytorch.loops.fit_loop"
 CHECKPOINT = "lightning.pytorch.callbacks.model_checkpoint"
@@ -60,7 +60,7 @@ def test_lightnings_tips_are_dropped_and_its_other_lines_kept(quiet):
 
 
 def test_a_warning_is_one_line(quiet):
-    from vitladder import quiet as ours
+    from vitladder import cli as ours
 
     assert one_line("W&B server\nanswered HTTP 500", UserWarning, ours.__file__, 9) == (
         "warning: W&B server answered HTTP 500\n"

@@ -15,7 +15,7 @@ from vitladder.run_folder import (
     parse_run_name,
     read_summary,
     run_folder_of,
-    run_name,
+    seed_suffix,
 )
 
 
@@ -24,7 +24,7 @@ from vitladder.run_folder import (
     [("warmup", 0, "warmup"), ("warmup", 2, "warmup-seed2"), ("mixup_cutmix", 13, "mixup_cutmix-seed13")],
 )
 def test_a_rung_and_seed_name_their_folder_and_back(rung, seed, name):
-    assert run_name(rung, seed) == name
+    assert rung + seed_suffix(seed) == name
     assert parse_run_name(name) == (rung, seed)
 
 

@@ -14,9 +14,8 @@ from extensions import add_grad_clip_rung, copy_project
 from omegaconf import OmegaConf
 from tiny_data import tiny_data
 
-from vitladder.config import CONF_DIR, compose_rung, flatten, get_rung, ladder, rung_names
+from vitladder.config import CONF_DIR, compose_rung, flatten, get_rung, ladder, read_ladder, rung_names
 from vitladder.errors import UserError
-from vitladder.rungs import read_ladder
 
 TINY = ["profile=smoke", *tiny_data(num_train=300, num_test=100, val_size=100, batch_size=64)]
 RUNG_YAML = """\

@@ -1,5 +1,5 @@
-"""Write every output to a temporary name and rename it, so a killed run or a full disk never leaves
-half a file: the previous version stays in place until the new one is complete and on disk."""
+"""Write every output to a temporary name and rename it, so a killed run or a full disk never leaves half a file:
+the previous version stays in place until the new one is complete and on disk."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TEMPORARY_GLOB = ".*.tmp"  # atomic_path's temporary names: .<name>.<random>.tmp
 
 
 def fsync(path: Path) -> None:
-    """Flushes a file, or a folder's entries (a rename), to disk; not every platform or file system allows a folder."""
+    """Flushes a file, or a folder's entries (a rename), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -25,8 +25,8 @@ def fsync(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yields a temporary path beside `path` (same folder, so the rename never crosses file systems); if the
-    block succeeds, the file is flushed to disk and renamed onto `path`."""
+    """Yields a temporary path beside `path` (the rename never crosses file systems); if the block succeeds, the
+    file is flushed to disk and renamed onto `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -35,19 +35,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         fsync(tmp)  # the data is on disk before the name points at it
         os.replace(tmp, path)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # not every platform or file system can flush a folder
             fsync(path.parent)
     except OSError as error:
-        if error.filename is None:  # a failed write() names no file: name the output for the one-line error
-            error.filename = str(path)
+        error.filename = error.filename or str(path)  # a failed write() names no file: the one-line error needs one
         raise
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def remove_leftovers(folder: str | Path) -> list[Path]:
-    """Deletes the temporary files that writers killed mid-write (SIGKILL, power loss) left in ``folder``
-    and below; returns them. Only for a folder no other process is writing to (a run folder under its lock)."""
+    """Deletes (and returns) the temporary files of writers killed mid-write in ``folder`` and below; only for a
+    folder no other process writes to (a run folder under its lock)."""
     leftovers = sorted(path for path in Path(folder).rglob(TEMPORARY_GLOB) if path.is_file())
     for path in leftovers:
         path.unlink(missing_ok=True)
@@ -63,9 +62,9 @@ def write_json(path: str | Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+# torch and safetensors write through a Python file, so that a full disk is an OSError naming the path (torch's own
+# writer raises a RuntimeError without one). safe_load.load_checkpoint_file reads the metadata back, each value JSON.
 def save_torch(obj: Any, path: str | Path) -> None:
-    """torch.save through a Python file, so that a full disk is an OSError naming `path` (torch's own
-    writer turns it into a RuntimeError without a path)."""
     import torch
 
     with atomic_path(path) as tmp, tmp.open("wb") as file:
@@ -73,8 +72,6 @@ def save_torch(obj: Any, path: str | Path) -> None:
 
 
 def save_safetensors(tensors: dict, metadata: dict[str, Any], path: str | Path) -> None:
-    """A safetensors file whose header holds ``metadata``, each value as JSON (safe_load.load_checkpoint_file reads
-    it back); written through a Python file, so that a full disk is an OSError naming `path`."""
     from safetensors.torch import save
 
     with atomic_path(path) as tmp:

@@ -1,12 +1,15 @@
-"""What the entry points share: a user's mistake is one line and a non-zero exit, never a traceback; and
-train.py's Hydra app, each job of which is composed once and validated once, a sweep's before its first job."""
+"""What the entry points share: a user's mistake is one line and a non-zero exit, never a traceback, and the
+libraries' tips and notes are kept out of the output; and train.py's Hydra app, each job of which is composed and
+validated once, a sweep's before its first job."""
 
 from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,16 +19,47 @@ from omegaconf import DictConfig
 
 from vitladder.config import accept_plus_step, compose_config, explain, validate
 from vitladder.errors import UserError, describe_os_error
-from vitladder.quiet import quiet_libraries
 
 F = TypeVar("F", bound=Callable)
 LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
+LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"  # the logger of Lightning's rank_zero_info
+PACKAGE = Path(__file__).resolve().parent
+
+
+def drop_tips(record: logging.LogRecord) -> bool:
+    """Lightning's tips to install its cloud products (every Trainer prints them), and nothing else it logs."""
+    return not str(record.msg).startswith("💡 Tip: ")
+
+
+def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, line=None) -> str:
+    """A warning as one line: ``warning: <message>`` for this project's, with the place and category for others'."""
+    text = " ".join(str(message).split())
+    if Path(filename).resolve().is_relative_to(PACKAGE):
+        return f"warning: {text}\n"
+    return f"{filename}:{lineno}: {category.__name__}: {text}\n"
+
+
+def quiet_libraries() -> None:
+    """Drops the libraries' notes about their own code, each filter one message of one module, and makes every
+    warning one line (idempotent: Python replaces an equal filter, a logger keeps one of each filter)."""
+    warnings.filterwarnings(  # Lightning 2.6's utilities/_pytree.py still builds a LeafSpec at every fit (torch 2.10)
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+    warnings.filterwarnings(  # every resume finds its last.ckpt there, by design
+        "ignore",
+        message=r"Checkpoint directory .* exists and is not empty",
+        module=r"lightning\.pytorch\.callbacks\.model_checkpoint",
+    )
+    logging.getLogger(LIGHTNING_INFO).addFilter(drop_tips)
+    warnings.formatwarning = one_line
 
 
 def reports_user_errors(func: F) -> F:
-    """Turns a UserError into `error: <message>` on stderr and its exit code, and so does a read or write the
-    system refused (an OSError: full disk, no permission), naming the path. Every entry point runs through it,
-    so it also keeps the libraries' tips and notes out of the output (vitladder.quiet)."""
+    """Every entry point runs through it: quiet libraries, and a UserError, or a read or write the system refused
+    (an OSError: full disk, no permission, naming the path), as `error: <message>` on stderr and its exit code."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -64,10 +98,9 @@ CHECKED: set[tuple[str, ...]] = set()  # the overrides of each job this process 
 
 
 class CheckSweep(Callback):
-    """Hydra calls it before a sweep (`-m`, conf/config.yaml's hydra.callbacks): it composes and validates every
-    job, so that a mistake in any of them is one line and nothing is written (Hydra's sweeper would write
-    multirun.yaml, then run job after job). A job this check did not see validates itself (check_job): a sweep
-    only a sweeper plugin expands, or a job started in another process (SLURM)."""
+    """Hydra calls it before a sweep (`-m`, conf/config.yaml's hydra.callbacks): it validates every job, so that a
+    mistake in any is one line and nothing is written (Hydra's sweeper would write multirun.yaml, then run job after
+    job). A job it did not see validates itself (check_job): a sweeper plugin's, or one run elsewhere (SLURM)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         jobs = sweep_jobs(list(config.hydra.overrides.task))

@@ -1,5 +1,6 @@
 """A run's config: conf/ composed as train.py's Hydra composes it, checked against what the schema
-(config_schema.py) declares, and each mistake said in one line (Hydra's and OmegaConf's reports take several)."""
+(config_schema.py) declares, and each mistake said in one line (Hydra's and OmegaConf's reports take several);
+and the ladder, read from conf/step/ alone."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pkgutil
 import re
 import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -22,11 +24,10 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from vitladder.config_schema import Config, data_schemas, register_schema, schema_keys, valid_values
+from vitladder.config_schema import Config, RungInfo, data_schemas, register_schema, schema_keys, valid_values
 from vitladder.cuda_choices import cuda_choices
 from vitladder.errors import UserError
 from vitladder.run_folder import seed_suffix
-from vitladder.rungs import Rung, read_ladder
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PROBES_DIR = Path(__file__).resolve().parent / "analysis" / "probes"  # analysis.probes' names: its modules' files
@@ -56,9 +57,87 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(name, resolver, replace=True)
 
 
+# --- the ladder: one conf/step/<rung>.yaml per rung holds its delta, its `rung_info` (a one-line description, the
+# article's reference figures where there are any) and, in its Hydra `defaults`, the rung it builds on. The ladder
+# is the chain from the one rung without a parent, so adding a rung is adding a file.
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    parent: str | None  # the rung it builds on; None for the ladder's first rung
+    description: str
+    reference: dict[str, float] = field(default_factory=dict)  # test_acc, layer1_distance_px, epochs...; {}: none
+
+
+def parent_in(defaults: Any, path: Path) -> str | None:
+    """The rung a rung's `defaults` names: `- epochs200` (the same group) or `- /step/epochs200`, either with an
+    `@<package>`; other groups' configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
+    if defaults is not None and not isinstance(defaults, (list, ListConfig)):
+        raise UserError(f"{path}: defaults must be a list, e.g. defaults: [epochs200, _self_]")
+    names = [entry.partition("@")[0].strip() for entry in defaults or () if isinstance(entry, str)]
+    parents = [name for name in (n.removeprefix("/step/") for n in names if n != "_self_") if not name.startswith("/")]
+    if len(parents) > 1:
+        raise UserError(f"{path}: defaults name {len(parents)} rungs ({', '.join(parents)}); a rung builds on one")
+    return parents[0] if parents else None
+
+
+def read_rung(path: Path) -> Rung:
+    """One conf/step/<rung>.yaml: its parent and its rung_info.<rung> block, checked against the schema."""
+    name = path.stem
+    try:
+        node = OmegaConf.load(path)
+        info = node.get("rung_info", {}).get(name) if isinstance(node, DictConfig) else None
+        if info is None:
+            raise UserError(
+                f"{path}: no rung_info.{name} block: give it a one-line description, "
+                f"e.g. rung_info: {{{name}: {{description: what this rung adds}}}}"
+            )
+        info = OmegaConf.merge(OmegaConf.structured(RungInfo), info)
+        figures = OmegaConf.to_container(info.reference) if info.reference is not None else {}
+    except OmegaConfBaseException as error:  # the schema's word on it, and which key
+        key = f"rung_info.{name}.{error.full_key}" if getattr(error, "full_key", None) else "rung_info"
+        raise UserError(f"{path}: {key}: {str(error).splitlines()[0]}") from None
+    if node.get("rung") != name:
+        raise UserError(f"{path}: rung: {node.get('rung')} must be the file's name, rung: {name}")
+    reference = {key: value for key, value in figures.items() if value is not None}  # those the article gives
+    return Rung(name, parent_in(node.get("defaults"), path), str(info.description), reference)
+
+
+def read_ladder(step_dir: Path) -> tuple[Rung, ...]:
+    """Every rung under ``step_dir``, bottom to top: the chain from the one rung without a parent."""
+    rungs = {rung.name: rung for rung in map(read_rung, sorted(step_dir.glob("*.yaml")))}
+    roots = [rung.name for rung in rungs.values() if rung.parent is None]
+    if len(roots) != 1:
+        raise UserError(
+            f"{step_dir}: {len(roots)} rungs build on no other ({', '.join(roots) or 'none'}); "
+            "exactly one starts the ladder, every other names its parent rung in its defaults"
+        )
+    for rung in rungs.values():
+        if rung.parent is not None and rung.parent not in rungs:
+            raise UserError(
+                f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
+                f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
+            )
+    chain = [rungs[roots[0]]]
+    while following := [rung.name for rung in rungs.values() if rung.parent == chain[-1].name]:
+        if len(following) > 1:
+            raise UserError(
+                f"{step_dir}: rungs {' and '.join(following)} both build on {chain[-1].name}; the "
+                "ladder is one chain, so let one of them build on the other"
+            )
+        chain.append(rungs[following[0]])
+    if left := sorted(rungs.keys() - {rung.name for rung in chain}):
+        raise UserError(
+            f"{step_dir}: rungs {', '.join(left)} build on each other in a loop; let one of them "
+            f"build on {chain[-1].name}"
+        )
+    return tuple(chain)
+
+
 @functools.cache
 def ladder() -> tuple[Rung, ...]:
-    """The ladder's rungs, bottom to top, as conf/step/ declares them (vitladder.rungs); read once."""
+    """The ladder's rungs, bottom to top, as conf/step/ declares them; read once."""
     return read_ladder(CONF_DIR / "step")
 
 
@@ -79,6 +158,9 @@ def get_rung(rung: str) -> Rung:
 def rung_index(rung: str) -> int | None:
     """The rung's position in the ladder (0: the first), the order of tables and charts; None if not a rung."""
     return rung_names().index(rung) if rung in rung_names() else None
+
+
+# --- composing and checking
 
 
 def is_step_override(override: str) -> bool:
@@ -121,8 +203,7 @@ def compose_rung(rung: str, overrides: Sequence[str] = ()) -> DictConfig:
 
 @functools.cache
 def base_values(source: str) -> dict[str, Any]:
-    """conf/config.yaml with data=<source> alone (no rung, no command line), resolved: each key before anything
-    chooses it."""
+    """conf/config.yaml with data=<source> alone (no rung, no command line), resolved: each key's default."""
     return OmegaConf.to_container(compose_unchecked([f"data={source}"]), resolve=True)
 
 
@@ -146,8 +227,10 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
         errors = range_errors(cfg)  # before resolving: trainer.precision's resolver imports torch
-        missing = sorted(OmegaConf.missing_keys(cfg))
-        errors += [f"{key} has no value: give one on the command line, {key}=..." for key in missing]
+        errors += [
+            f"{key} has no value: give one on the command line, {key}=..."
+            for key in sorted(OmegaConf.missing_keys(cfg))
+        ]
         if errors:
             raise UserError(errors[0])
         OmegaConf.to_container(cfg, resolve=True)
@@ -159,16 +242,12 @@ def range_errors(cfg: DictConfig) -> list[str]:
     """One message per value outside the range its schema field declares, then per broken rule across keys."""
     errors = []
     for key, in_range, words, example in valid_values(OmegaConf.get_type(cfg, "data")):
-        try:
-            value = OmegaConf.select(cfg, key, throw_on_missing=True)
-        except MissingMandatoryValue:
-            continue  # validate says it has no value
-        if not in_range(value):
-            shown = repr(value) if isinstance(value, str) else "null" if value is None else value
-            errors.append(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
+        with contextlib.suppress(MissingMandatoryValue):  # validate says it has no value
+            if not in_range(value := OmegaConf.select(cfg, key, throw_on_missing=True)):
+                shown = repr(value) if isinstance(value, str) else "null" if value is None else value
+                errors.append(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
     probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
-    unknown = [name for name in cfg.analysis.probes or () if name not in probes]
-    if unknown:
+    if unknown := [name for name in cfg.analysis.probes or () if name not in probes]:
         errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
     heads, width = cfg.model.num_heads, cfg.model.embed_dim
     if heads >= 1 and width % heads:
@@ -184,7 +263,6 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
     from hydra.errors import MissingConfigException, OverrideParseException
 
     cause, message = error.__cause__ or error, str(error)
-    already = re.search(r"An item is already at '([^']+)'", message)
     full_key = re.sub(r"\[\d+\]$", "", getattr(cause, "full_key", None) or "")  # optim.betas[0]: the list
     if isinstance(error, OverrideParseException):
         return UserError(
@@ -193,7 +271,7 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
         )
     if isinstance(error, MissingConfigException):
         return UserError(missing_option(message))
-    if already:
+    if already := re.search(r"An item is already at '([^']+)'", message):
         key = already.group(1)
         given = next((o for o in overrides if o.lstrip("+").partition("=")[0] == key), f"+{key}=...")
         return UserError(f"{given}: {key} is already a key; set it without the +: {given.lstrip('+')}")
@@ -229,15 +307,16 @@ def unknown_key(key: str, node_type: type | None = None) -> str:
         chosen = next((n for n, schema in data_schemas().items() if schema is node_type), None)
         sources = " or ".join(f"data={source}" for source in owners)
         return f"{key}: no such key{f' with data={chosen}' if chosen else ''}; it belongs to {sources}"
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
+    if close := difflib.get_close_matches(key, known, n=1, cutoff=0.6):
         return f"{key}: no such key; did you mean {close[0]}?"
     prefix = f"{parent}." if parent else ""
     siblings = sorted({k[len(prefix) :].split(".")[0] for k in known if k.startswith(prefix)})
     return f"{key}: no such key; {parent or 'the top level'} has {', '.join(siblings)} (see python train.py --help)"
 
 
-KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}  # a schema type, in words
+# A schema type, in words (another list: "a list").
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+KINDS |= {list[int]: "a list of integers", list[float]: "a list of numbers"}
 
 
 def wrong_type(key: str, overrides: Sequence[str]) -> str:
@@ -246,12 +325,9 @@ def wrong_type(key: str, overrides: Sequence[str]) -> str:
     keys = schema_keys()
     given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
     if key in keys:
-        hint, optional = keys[key], type(None) in typing.get_args(keys[key])
-        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
-        if typing.get_origin(hint) is list:
-            kind = {int: "a list of integers", float: "a list of numbers"}.get(typing.get_args(hint)[0], "a list")
-        else:
-            kind = KINDS.get(hint, "another kind of value")
+        optional = type(None) in typing.get_args(keys[key])  # `int | None`: int, or null
+        hint = next(arg for arg in typing.get_args(keys[key]) if arg is not type(None)) if optional else keys[key]
+        kind = KINDS.get(hint, "a list" if typing.get_origin(hint) is list else "another kind of value")
         kind += " or null" if optional else ""
     else:
         kind = "a block of keys, e.g. " + next(k for k in keys if k.startswith(f"{key}.")) + "=..."

@@ -1,7 +1,6 @@
-"""The config's keys, declared once: Hydra structured configs, the schema of conf/config.yaml (whose YAML files
-hold the values). OmegaConf refuses a key the schema lacks and a value of the wrong type at composition; a field
-declared with :func:`setting` also gives its valid values (config.validate checks them) and whether it belongs
-to the recipe (training/recipe.py). A field set to MISSING takes its value from conf/."""
+"""The config's keys, declared once as Hydra structured configs (conf/ holds the values; MISSING: set there).
+OmegaConf refuses an unknown key or a wrong type; :func:`setting` adds the valid values (config.validate checks
+them) and whether the key is in the recipe (training/recipe.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed t
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
-# A key's valid values: whether a value is in range, the range in words, an example value (config.range_errors).
+# A key's valid values: in range?, the range in words, an example value (config.range_errors).
 Valid = tuple[Callable[[Any], bool], str, str]
 
 
@@ -32,12 +31,10 @@ def setting(
     valid: Valid | None = None,
     in_recipe: bool = True,
 ) -> Any:
-    """A schema field: its default (or a factory for a block), its valid values, and whether it is part of the
-    recipe (False for a key that changes no result, such as a cache folder or the W&B project)."""
+    """A schema field: its default (or a block's factory), its valid values, and whether it is in the recipe
+    (False for a key that changes no result, such as a cache folder or the W&B project)."""
     metadata = {"valid": valid, "in_recipe": in_recipe}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default_factory=factory, metadata=metadata) if factory else field(default=default, metadata=metadata)
 
 
 def at_least(low: float, example: str, words: str = "") -> Valid:
@@ -108,9 +105,9 @@ class MixupConfig:
 
 @dataclass
 class TrainerConfig:
-    """Every argument of `lightning.Trainer` but logger, callbacks and plugins (the run's), with Lightning's defaults
-    (tests/test_config.py checks both). Those Lightning types as a union (devices, precision, limit_*_batches: an int
-    counts batches, a float is a fraction) are Any: OmegaConf has no unions, Lightning checks them itself."""
+    """Every `lightning.Trainer` argument but logger, callbacks and plugins, with Lightning's defaults (tests check
+    both). A union type (devices, precision, limit_*_batches: int counts, float is a fraction) is Any: OmegaConf
+    has no unions, Lightning checks them itself."""
 
     accelerator: Any = "auto"
     strategy: Any = "auto"
@@ -197,8 +194,7 @@ class ProfileConfig:
 
 @dataclass
 class ReferenceFigures:
-    """The article's figures for a rung (one seed of its GPU run) and its training length; none for a rung it did
-    not train."""
+    """The article's figures for a rung (one seed of its GPU run); none for a rung it did not train."""
 
     test_acc: float = MISSING  # a fraction, 0.929 for 92.9%
     layer1_distance_px: float = MISSING
@@ -248,15 +244,14 @@ class Config:
 
 
 def data_schemas() -> dict[str, type[DataConfig]]:
-    """data=<name> -> that source's keys and types: its module's ``Config`` (DataConfig when it has none). The
-    sources build on DataConfig from a layer above, so they are reached by their package's name, not imported."""
+    """data=<name> -> its module's ``Config`` (DataConfig if none); reached by name: the sources are a layer above."""
     sources = importlib.import_module(DATA_SOURCES)
     return {name: getattr(sources.source_named(name), "Config", DataConfig) for name in sources.source_names()}
 
 
 def register_schema(conf_dir: Path) -> None:
-    """Stores the schema in Hydra's ConfigStore: `schema` for config.yaml, `schema/data/<name>` for data/. A source
-    without a conf/data/<name>.yaml is a `data` option of its own: its Config's defaults."""
+    """The schema in Hydra's ConfigStore: `schema`, `schema/data/<name>`, and `data/<name>` (its Config's defaults)
+    for a source without a conf/data/<name>.yaml."""
     store = ConfigStore.instance()
     store.store(name="schema", node=Config)
     for name, schema in data_schemas().items():
@@ -266,8 +261,7 @@ def register_schema(conf_dir: Path) -> None:
 
 
 def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str, Field, Any]]:
-    """(dotted key, field, type) for every key and block the schema declares, outer first; data.* holds the keys
-    of ``source``, or of every source (a key they share comes once per source)."""
+    """(dotted key, field, type) for every key and block, outer first; data.* of ``source``, or of every source."""
 
     def walk(schema: type, prefix: str) -> Iterator[tuple[str, Field, Any]]:
         hints = get_type_hints(schema)
@@ -285,15 +279,12 @@ def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str,
 
 
 def schema_keys(source: type[DataConfig] | None = None) -> dict[str, Any]:
-    """Every dotted key (not block) with its type; data.* holds the keys of ``source``, or of every source."""
     return {key: hint for key, _, hint in schema_fields(source) if not is_dataclass(hint)}
 
 
 def valid_values(source: type[DataConfig]) -> list[tuple[str, Callable[[Any], bool], str, str]]:
-    """(key, in range, the range in words, an example) for each key that declares its valid values."""
     return [(key, *f.metadata["valid"]) for key, f, _ in schema_fields(source) if f.metadata.get("valid")]
 
 
 def outside_the_recipe() -> tuple[str, ...]:
-    """The keys and blocks marked ``setting(in_recipe=False)``, every data source's included."""
     return tuple(dict.fromkeys(key for key, f, _ in schema_fields() if not f.metadata.get("in_recipe", True)))

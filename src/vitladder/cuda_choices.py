@@ -1,8 +1,8 @@
-"""Every choice a run makes because it trains on a CUDA GPU, made here and nowhere else (docs/design.md §7): the
-precision (bf16-mixed autocast where the GPU computes in bf16, Ampere and later; 16-mixed with a loss scaler where it
-only emulates it, V100 and T4; 32-true elsewhere), fused AdamW unless gradients are clipped (Lightning clips between
-backward and a step that a fused kernel leaves no room for) and TF32 matrix products. ``speed.rehearse_cuda=true``
-takes a bf16 GPU's choices on any device: the tests rehearse them on the CPU. ``speed.compile`` is its own switch."""
+"""Every choice a run makes because it trains on a CUDA GPU, made here alone (docs/design.md §7): the precision
+(bf16-mixed where the GPU computes in bf16, Ampere on; 16-mixed with a loss scaler where it emulates it, V100, T4;
+32-true elsewhere), fused AdamW unless gradients are clipped (Lightning clips between backward and a step that a
+fused kernel leaves no room for) and TF32 matrix products. ``speed.rehearse_cuda=true`` takes a bf16 GPU's choices
+on any device: the tests rehearse them on the CPU."""
 
 from __future__ import annotations
 
@@ -33,16 +33,16 @@ class CudaChoices:
 
 
 def on_cuda(accelerator: str = "auto") -> bool:
-    """Whether a run on ``trainer.accelerator`` trains on a CUDA GPU: it asks for one (or any) and one is visible."""
+    """Whether a run on ``trainer.accelerator`` trains on a CUDA GPU: it asks for one (or any), one is visible."""
     import torch
 
     return str(accelerator) in CUDA_ACCELERATORS and torch.cuda.is_available()
 
 
 def cuda_choices(accelerator: str = "auto", rehearse: bool = False) -> CudaChoices:
-    """The choices of a run on ``trainer.accelerator`` (``rehearse``: a bf16 GPU's, wherever it runs). The bf16 check
-    leaves emulation out (torch counts it by default: a V100 would run bf16, slower than fp32) and initialises CUDA
-    in this process, which Lightning's DDP launcher allows (its ranks are new processes); a forking strategy not."""
+    """The choices of a run on ``trainer.accelerator`` (``rehearse``: a bf16 GPU's). The bf16 check leaves emulation
+    out (a V100 would run bf16, slower than fp32) and initialises CUDA here, which Lightning's DDP launcher allows
+    (its ranks are new processes); a forking strategy not."""
     if rehearse or not on_cuda(accelerator):
         return CudaChoices(cuda=rehearse, bf16=rehearse)
     import torch
@@ -51,7 +51,7 @@ def cuda_choices(accelerator: str = "auto", rehearse: bool = False) -> CudaChoic
 
 
 def run_choices(cfg: DictConfig) -> CudaChoices:
-    """The choices of the run ``cfg`` describes (its precision is trainer.precision, which defaults to theirs)."""
+    """The choices of the run ``cfg`` (its precision: trainer.precision, which defaults to theirs)."""
     return cuda_choices(cfg.trainer.accelerator, bool(cfg.speed.rehearse_cuda))
 
 
@@ -60,7 +60,7 @@ def fused_adamw(cfg: DictConfig) -> bool:
 
 
 def use_tensor_cores(choices: CudaChoices) -> None:
-    """TF32 for float32 matrix products where ``choices`` take it, set before a trainer starts so Lightning finds it."""
+    """TF32 for float32 matrix products where ``choices`` take it, before a trainer starts (Lightning checks it)."""
     if choices.tf32:
         import torch
 

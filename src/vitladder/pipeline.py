@@ -1,6 +1,5 @@
-"""One rung trained and analysed: what train.py, scripts/ladder.py and the GPU check run. The one module that
-joins training and the analysis: training sits below the analysis and imports nothing of it, so the analysis
-is given to it from here."""
+"""One rung trained and analysed (train.py, scripts/ladder.py, the GPU check): the one module that joins training
+and the analysis, which training sits below and so is given here."""
 
 from __future__ import annotations
 
@@ -14,13 +13,9 @@ from vitladder.training import run
 
 def rung_analysis(cfg: DictConfig, paths: RunPaths, data: ImageDataModule) -> AttentionAnalysis:
     """The rung's configured probes (the ``analysis:`` block): tracked during training, run after it."""
+    analysis, patch_px, seed = cfg.analysis, int(cfg.model.patch_size), int(cfg.seed)
     return AttentionAnalysis.from_config(
-        cfg.analysis,
-        out_dir=paths.analysis,
-        rung=cfg.rung,
-        patch_px=int(cfg.model.patch_size),
-        seed=int(cfg.seed),
-        data=data,
+        analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=patch_px, seed=seed, data=data
     )
 
 

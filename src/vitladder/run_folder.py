@@ -11,9 +11,7 @@
         analysis/<table>.csv, <figure>.png   each probe's (analysis.probes): heads.csv, layers.csv, ...
         done.json                             written last: its presence means the rung is finished
 
-Every reader and writer of run folders (training, analysis, report, demo, scripts) takes its names
-from here; docs/design.md §5 describes the same layout for people.
-"""
+Every reader and writer of run folders takes its names from here (docs/design.md §5: the same, for people)."""
 
 from __future__ import annotations
 
@@ -23,19 +21,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 MODEL_FORMAT = "vitladder-model/1"  # the final model's "format" entry; bump it when its keys change
-# The axes of metrics.csv and of the W&B runs. ``epoch`` is epochs trained everywhere: 0 is the model at initialisation.
-EPOCH = "epoch"  # the x-axis of train/*, val/*, test/*, track/*
-LR = "lr"  # the learning rate, per optimizer step
+# The axes of metrics.csv and of the W&B runs: epochs trained (0: the model at initialisation), per optimizer step.
+EPOCH, LR = "epoch", "lr"
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
 
 def seed_suffix(seed: int) -> str:
     """Seed 0 trains into <rung>/, any other seed into <rung>-seed<k>/."""
     return "" if int(seed) == 0 else f"-seed{int(seed)}"
-
-
-def run_name(rung: str, seed: int) -> str:
-    return f"{rung}{seed_suffix(seed)}"
 
 
 def parse_run_name(name: str) -> tuple[str, int] | None:
@@ -45,7 +38,7 @@ def parse_run_name(name: str) -> tuple[str, int] | None:
 
 
 class RunPaths:
-    """Where each file of the run folder ``root`` lives (the layout above)."""
+    """Where each file of the run folder ``root`` lives."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -63,22 +56,21 @@ class RunPaths:
 
 
 def rounded(value: object) -> object:
-    """A float to 6 decimals (what every CSV, done.json and W&B table holds); anything else as it is."""
+    """A float to 6 decimals (every CSV, done.json and W&B table); anything else as it is."""
     return round(value, 6) if isinstance(value, float) else value
 
 
 def table_columns(rows: Sequence[Mapping]) -> list[str]:
-    """Every key of the rows, in the order they first appear (a row may lack a column: an empty cell)."""
+    """Every key of the rows, in first-seen order (a row may lack a column: an empty cell)."""
     return list(dict.fromkeys(key for row in rows for key in row))
 
 
 def is_finished(run_dir: str | Path) -> bool:
-    """A rung is finished once its done.json exists (written last, after the model and the analysis)."""
+    """A rung is finished once its done.json (written last) exists."""
     return RunPaths(run_dir).done.is_file()
 
 
 def read_summary(run_dir: str | Path) -> dict:
-    """done.json of a finished run folder."""
     return json.loads(RunPaths(run_dir).done.read_text())
 
 
@@ -89,7 +81,7 @@ def final_model(path: str | Path) -> Path | None:
 
 
 def checkpoint_of(path: str | Path) -> Path | None:
-    """The checkpoint of a run folder: its final model when the rung finished, else last.ckpt; None if neither."""
+    """A run folder's final model, else its last.ckpt; None if neither."""
     last = RunPaths(path).last_ckpt
     return final_model(path) or (last if last.is_file() else None)
 

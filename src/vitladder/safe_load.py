@@ -1,10 +1,7 @@
-"""Read a checkpoint someone may have handed in, without ever running code from it.
-
-The final model is a safetensors file: tensors and a header of strings, no pickle at all, the header's size
-bounded by the library. Lightning's last.ckpt (and the model.pt of older versions) is read with
-`torch.load(weights_only=True)`, which unpickles tensors and plain data (dicts, lists, numbers, strings) only:
-a file that names any other Python object is refused before the object is built.
-"""
+"""Read a checkpoint someone may have handed in, without ever running code from it: the final model is a
+safetensors file (tensors and a header of strings, no pickle); Lightning's last.ckpt (and an older version's
+model.pt) is read with `torch.load(weights_only=True)`, which refuses any Python object but tensors and plain data
+before building it."""
 
 from __future__ import annotations
 
@@ -17,11 +14,6 @@ import torch
 from safetensors import safe_open
 
 from vitladder.errors import CheckpointError
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.split(". ")[0].splitlines()[0][:120] if text else type(error).__name__
 
 
 def load_checkpoint_file(path: str | Path, what_to_do: str) -> Any:
@@ -40,7 +32,9 @@ def load_checkpoint_file(path: str | Path, what_to_do: str) -> Any:
                 f"{path}: refused, it holds Python objects other than tensors and plain data (loading them could "
                 f"run code); {what_to_do}"
             ) from None
+        text = str(error).strip()
+        first_line = text.split(". ")[0].splitlines()[0][:120] if text else type(error).__name__
         raise CheckpointError(
-            f"{path}: not a readable checkpoint, truncated or not a torch or safetensors file "
-            f"({_first_line(error)}); {what_to_do}"
+            f"{path}: not a readable checkpoint, truncated or not a torch or safetensors file ({first_line}); "
+            f"{what_to_do}"
         ) from None

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from vitladder.errors import UserError, describe_os_error
 from vitladder.pipeline import train_rung
-from vitladder.quiet import one_line
+from vitladder.cli import one_line
 from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
 from vitladder.training import run as run_module
@@ -53,7 +53,7 @@ def full_disk_at(monkeypatch, name: str | None) -> None:
 
 
 def shown(caught) -> list[str]:
-    """The project's own warnings as the entry points print them (vitladder.quiet.one_line)."""
+    """The project's own warnings as the entry points print them (vitladder.cli.one_line)."""
     lines = [one_line(w.message, w.category, w.filename, w.lineno) for w in caught]
     return [line for line in lines if line.startswith("warning: ")]
 
