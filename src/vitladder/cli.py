@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -84,8 +87,6 @@ def ladder_folder(path: Path) -> Path:
 def run_app(app: Callable[[], Any]) -> None:
     """Runs train.py's ``@hydra.main`` app. Hydra reports a mistake on the command line on several lines and exits
     1: with HYDRA_FULL_ERROR (its documented switch) it raises it instead, and it is worded here as one line."""
-    from hydra.errors import HydraException
-
     os.environ["HYDRA_FULL_ERROR"] = "1"
     sys.argv[1:] = accept_plus_step(sys.argv[1:])
     try:
@@ -111,9 +112,6 @@ class CheckSweep(Callback):
 def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
     """Each job's overrides, as Hydra's basic sweeper expands a sweep (a key's last override wins, in its first
     place); none for a sweep only a sweeper plugin expands (intervals)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     choices = {}
     try:
         for override in OverridesParser.create().parse_overrides(list(overrides)):
@@ -127,8 +125,5 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
 
 def check_job(cfg: DictConfig) -> None:
     """Validates the config of the job Hydra runs, unless this process checked it before its sweep began."""
-    from hydra.core.hydra_config import HydraConfig
-
-    overrides = list(HydraConfig.get().overrides.task)
-    if tuple(overrides) not in CHECKED:
+    if tuple(overrides := list(HydraConfig.get().overrides.task)) not in CHECKED:
         validate(cfg, overrides)

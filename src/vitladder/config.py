@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -46,8 +49,7 @@ def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
 
 
 def register_resolvers() -> None:
-    """conf/'s resolvers; trainer.precision's default follows the accelerator (cuda_choices.py), and rung_lines
-    lists the rungs in `python train.py --help`."""
+    """conf/'s resolvers: auto_precision (trainer.precision's default), rung_lines (`python train.py --help`)."""
     for name, resolver in {
         "seed_suffix": seed_suffix,
         "scale_epochs": scale_epochs,
@@ -71,8 +73,8 @@ class Rung:
 
 
 def parent_in(defaults: Any, path: Path) -> str | None:
-    """The rung a rung's `defaults` names: `- epochs200` (the same group) or `- /step/epochs200`, either with an
-    `@<package>`; other groups' configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
+    """The rung `defaults` names: `- epochs200` or `- /step/epochs200`, either with an `@<package>`; other groups'
+    configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
     if defaults is not None and not isinstance(defaults, (list, ListConfig)):
         raise UserError(f"{path}: defaults must be a list, e.g. defaults: [epochs200, _self_]")
     names = [entry.partition("@")[0].strip() for entry in defaults or () if isinstance(entry, str)]
@@ -176,9 +178,6 @@ def accept_plus_step(overrides: Sequence[str]) -> list[str]:
 
 def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
     """conf/config.yaml with `overrides`, as Hydra composes it for train.py (inside train.py, by its Hydra)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     register_resolvers()
     running = GlobalHydra.instance().is_initialized()
     with contextlib.nullcontext() if running else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -260,8 +259,6 @@ def range_errors(cfg: DictConfig) -> list[str]:
 
 def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
     """The UserError for a failed composition or check of the config with `overrides`."""
-    from hydra.errors import MissingConfigException, OverrideParseException
-
     cause, message = error.__cause__ or error, str(error)
     full_key = re.sub(r"\[\d+\]$", "", getattr(cause, "full_key", None) or "")  # optim.betas[0]: the list
     if isinstance(error, OverrideParseException):

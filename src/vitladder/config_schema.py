@@ -45,12 +45,8 @@ def above(low: float, example: str) -> Valid:
     return (lambda v: v > low, f"above {low:g}", example)
 
 
-def fraction(example: str) -> Valid:
-    return (lambda v: 0 <= v < 1, "in [0, 1)", example)
-
-
-def count_or_all(example: str = "null") -> Valid:
-    return (lambda v: v is None or v >= 1, "at least 1, or null for every image", example)
+FRACTION: Valid = (lambda v: 0 <= v < 1, "in [0, 1)", "0.1")
+COUNT_OR_ALL: Valid = (lambda v: v is None or v >= 1, "at least 1, or null for every image", "null")
 
 
 @dataclass
@@ -61,7 +57,7 @@ class ModelConfig:
     depth: int = setting(valid=at_least(1, "7"))
     num_heads: int = setting(valid=at_least(1, "6"))
     mlp_ratio: float = MISSING
-    drop_path_rate: float = setting(valid=fraction("0.1"))
+    drop_path_rate: float = setting(valid=FRACTION)
 
 
 @dataclass
@@ -73,8 +69,8 @@ class DataConfig:
     eval_batch_size: int = setting(valid=at_least(1, "1000"), in_recipe=False)  # evaluation batches change no result
     val_size: int = setting(valid=at_least(0, "5000", "at least 0 (0: no validation, every training image trains)"))
     split_seed: int = MISSING
-    train_subset: int | None = setting(valid=count_or_all())
-    test_subset: int | None = setting(valid=count_or_all())
+    train_subset: int | None = setting(valid=COUNT_OR_ALL)
+    test_subset: int | None = setting(valid=COUNT_OR_ALL)
     random_crop_padding: int = MISSING
     horizontal_flip: bool = MISSING
 
@@ -92,7 +88,7 @@ class OptimConfig:
 
 @dataclass
 class LossConfig:
-    label_smoothing: float = setting(valid=fraction("0.1"))
+    label_smoothing: float = setting(valid=FRACTION)
 
 
 @dataclass
@@ -260,22 +256,20 @@ def register_schema(conf_dir: Path) -> None:
             store.store(group="data", name=name, node=OmegaConf.merge(schema, {"source": name}))
 
 
-def schema_fields(source: type[DataConfig] | None = None) -> Iterator[tuple[str, Field, Any]]:
+def schema_fields(
+    source: type[DataConfig] | None = None, schema: type = Config, prefix: str = ""
+) -> Iterator[tuple[str, Field, Any]]:
     """(dotted key, field, type) for every key and block, outer first; data.* of ``source``, or of every source."""
-
-    def walk(schema: type, prefix: str) -> Iterator[tuple[str, Field, Any]]:
-        hints = get_type_hints(schema)
-        for f in fields(schema):
-            if schema is Config and f.name == "data":
-                for data in [source] if source else data_schemas().values():
-                    yield from walk(data, "data.")
-                continue
-            key, hint = f"{prefix}{f.name}", hints[f.name]
-            yield key, f, hint
-            if is_dataclass(hint):
-                yield from walk(hint, f"{key}.")
-
-    return walk(Config, "")
+    hints = get_type_hints(schema)
+    for f in fields(schema):
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        if schema is Config and f.name == "data":
+            for data in [source] if source else data_schemas().values():
+                yield from schema_fields(source, data, "data.")
+            continue
+        yield key, f, hint
+        if is_dataclass(hint):
+            yield from schema_fields(source, hint, f"{key}.")
 
 
 def schema_keys(source: type[DataConfig] | None = None) -> dict[str, Any]:
