@@ -27,6 +27,12 @@ F = TypeVar("F", bound=Callable)
 LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
 LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"  # the logger of Lightning's rank_zero_info
 PACKAGE = Path(__file__).resolve().parent
+LIBRARY_NOTES = (  # (message, category, module) of each library's note about its own code
+    # Lightning 2.6's utilities/_pytree.py still builds a LeafSpec at every fit and test (torch 2.10 and later)
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+    # every resume finds its last.ckpt there, by design
+    (r"Checkpoint directory .* exists and is not empty", Warning, r"lightning\.pytorch\.callbacks\.model_checkpoint"),
+)
 
 
 def drop_tips(record: logging.LogRecord) -> bool:
@@ -45,17 +51,8 @@ def one_line(message: Warning | str, category: type[Warning], filename: str, lin
 def quiet_libraries() -> None:
     """Drops the libraries' notes about their own code, each filter one message of one module, and makes every
     warning one line (idempotent: Python replaces an equal filter, a logger keeps one of each filter)."""
-    warnings.filterwarnings(  # Lightning 2.6's utilities/_pytree.py still builds a LeafSpec at every fit (torch 2.10)
-        "ignore",
-        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-        category=FutureWarning,
-        module=r"lightning\.pytorch\.utilities\._pytree",
-    )
-    warnings.filterwarnings(  # every resume finds its last.ckpt there, by design
-        "ignore",
-        message=r"Checkpoint directory .* exists and is not empty",
-        module=r"lightning\.pytorch\.callbacks\.model_checkpoint",
-    )
+    for message, category, module in LIBRARY_NOTES:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
     logging.getLogger(LIGHTNING_INFO).addFilter(drop_tips)
     warnings.formatwarning = one_line
 

@@ -11,7 +11,7 @@ import pkgutil
 import re
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ class Rung:
     name: str
     parent: str | None  # the rung it builds on; None for the ladder's first rung
     description: str
-    reference: dict[str, float] = field(default_factory=dict)  # test_acc, layer1_distance_px, epochs...; {}: none
+    reference: dict[str, float]  # test_acc, layer1_distance_px, epochs...; {}: none
 
 
 def parent_in(defaults: Any, path: Path) -> str | None:

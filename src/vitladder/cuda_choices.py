@@ -7,10 +7,8 @@ on any device: the tests rehearse them on the CPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
+from omegaconf import DictConfig
 
 CUDA_ACCELERATORS = ("auto", "gpu", "cuda")  # trainer.accelerator values that put a run on a visible CUDA GPU
 
