@@ -122,5 +122,6 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
 
 def check_job(cfg: DictConfig) -> None:
     """Validates the config of the job Hydra runs, unless this process checked it before its sweep began."""
-    if tuple(overrides := list(HydraConfig.get().overrides.task)) not in CHECKED:
+    overrides = list(HydraConfig.get().overrides.task)
+    if tuple(overrides) not in CHECKED:
         validate(cfg, overrides)

@@ -162,9 +162,6 @@ def rung_index(rung: str) -> int | None:
     return rung_names().index(rung) if rung in rung_names() else None
 
 
-# --- composing and checking
-
-
 def is_step_override(override: str) -> bool:
     """Whether a command-line override picks the rung: `step=augment`, `+step=patch8`, `~step`."""
     return override.partition("=")[0].lstrip("+~") == "step"
