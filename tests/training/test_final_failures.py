@@ -18,9 +18,9 @@ import wandb
 from entry_points import load_script
 from omegaconf import OmegaConf
 
+from vitladder.cli import one_line
 from vitladder.errors import UserError, describe_os_error
 from vitladder.pipeline import train_rung
-from vitladder.cli import one_line
 from vitladder.run_folder import RunPaths, is_finished, read_summary
 from vitladder.training import results as results_module
 from vitladder.training import run as run_module
