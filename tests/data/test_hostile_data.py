@@ -23,7 +23,7 @@ from vitladder.data import trees
 from vitladder.data.sources import ImageSplits
 from vitladder.data.sources import imagefolder as sources
 from vitladder.data.sources.imagefolder import load_image_folder
-from vitladder.data.trees import FolderTree, read_archive, walk
+from vitladder.data.trees import ArchiveTree, FolderTree, walk
 from vitladder.errors import DataError
 
 MIB = 1 << 20
@@ -233,7 +233,8 @@ def test_a_malformed_sparse_map_is_one_line(tmp_path: Path) -> None:
 
 def read_members(archive: Path) -> dict:
     """{path: its bytes} of the archive's wanted members, every path wanted."""
-    return read_archive(archive, MIB, lambda parts: True)[1]
+    tree = ArchiveTree(archive, MIB)
+    return walk(tree, MIB, lambda parts: True)[1]
 
 
 def test_headers_count_towards_the_decompressed_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -274,7 +275,7 @@ def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest
         with pytest.raises(DataError, match="GiB of members: too much"):  # (the archive itself is over 300 bytes)
             read_members(archive)
     monkeypatch.setattr(trees, "MAX_ENTRIES", 16)
-    assert len(walk(FolderTree(root), root, MIB, sources._is_candidate)[1]) == 10
+    assert len(walk(FolderTree(root), MIB, sources._is_candidate)[1]) == 10
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def test_cifar10_and_image_folders_are_read_from_the_configured_paths(monkeypatc
     sources.load(OmegaConf.create(folder))
     assert calls == [
         ("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
-        ("folder", (tmp_path / "imgs",), {"cache_dir": tmp_path / "c", "max_file_mib": 7}),
+        ("folder", (str(tmp_path / "imgs"), str(tmp_path / "c"), 7), {}),
     ]
 
 
