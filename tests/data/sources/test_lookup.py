@@ -63,7 +63,7 @@ def test_cifar10_and_image_folders_are_read_from_the_configured_paths(monkeypatc
     }
     sources.load(OmegaConf.create(folder))
     assert calls == [
-        ("cifar10", (tmp_path / "data",), {"download": True}),  # fetched when missing
+        ("cifar10", (tmp_path / "data",), {}),
         ("folder", (str(tmp_path / "imgs"), str(tmp_path / "c"), 7), {}),
     ]
 
