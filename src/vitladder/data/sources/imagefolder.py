@@ -126,7 +126,7 @@ def _decode(
     if big and not console.is_terminal:
         log.info("decoding %s once (done once, then cached)", source.name)
     bar = {"console": console, "transient": True, "disable": not (big and console.is_terminal), "total": len(files)}
-    images, labels, suffixes = {s: [] for s in SPLITS}, {s: [] for s in SPLITS}, set()
+    decoded: dict[str, list[tuple[np.ndarray, int]]] = {split: [] for split in SPLITS}
     for split, parts, label in rich.progress.track(
         _layout(source, dirs, files, classes), f"decoding {source.name} once", **bar
     ):
@@ -148,14 +148,13 @@ def _decode(
                 f"{source} decodes to over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB of pixels: "
                 "too big for one data set of small images; use smaller images or split it"
             )
-        images[split].append(image)
-        labels[split].append(label)
-        suffixes.add(Path(parts[-1]).suffix.lower())
+        decoded[split].append((image, label))
     arrays = {"classes": np.asarray(classes)}
     for split in SPLITS:
-        arrays[f"{split}_images"] = np.stack(images[split]).transpose(0, 3, 1, 2).copy()  # (N, 3, S, S)
-        arrays[f"{split}_labels"] = np.asarray(labels[split], dtype=np.int64)
-    return arrays | {"origin": np.asarray(_origin(arrays, suffixes))}
+        images, labels = zip(*decoded[split])
+        arrays[f"{split}_images"] = np.stack(images).transpose(0, 3, 1, 2).copy()  # (N, 3, S, S)
+        arrays[f"{split}_labels"] = np.asarray(labels, dtype=np.int64)
+    return arrays | {"origin": np.asarray(_origin(arrays, {Path(parts[-1]).suffix.lower() for parts in files}))}
 
 
 def _origin(arrays: dict, suffixes: set[str]) -> str:
