@@ -262,6 +262,17 @@ def test_data_after_the_end_of_an_archive_is_bounded(tmp_path: Path, monkeypatch
     one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "after the end-of-archive")
 
 
+@pytest.mark.parametrize("name", ["d.tar", "d.tar.xz"])
+def test_an_archive_cut_at_a_member_boundary_is_refused(tmp_path: Path, name: str) -> None:
+    # Every member whole and only the end-of-archive blocks missing: tarfile alone would stop quietly.
+    layout = [member(f"{split}/{c}/0.png", png(1)) for split in ("train", "test") for c in ("a", "b")]
+    whole = raw_tar(tmp_path / "whole.tar", *layout).read_bytes()
+    cut = whole[: whole.rindex(png(1)) + len(png(1))]
+    cut += bytes(-len(cut) % tarfile.BLOCKSIZE)  # the last member's padding, no end blocks
+    (tmp_path / name).write_bytes(lzma.compress(cut) if name.endswith(".xz") else cut)
+    one_line_error(tmp_path / name, tmp_path / "cache", "truncated or corrupted", "no end-of-archive block")
+
+
 def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_tree(tmp_path / "imgs")  # 2 splits + 4 class folders + 10 images
     archive = tar_of(root, tmp_path / "d.tar")
