@@ -23,7 +23,7 @@ from vitladder.data import trees
 from vitladder.data.sources import ImageSplits
 from vitladder.data.sources import imagefolder as sources
 from vitladder.data.sources.imagefolder import load_image_folder
-from vitladder.data.trees import FolderTree, read_archive, walk
+from vitladder.data.trees import ArchiveTree, FolderTree, walk
 from vitladder.errors import DataError
 
 MIB = 1 << 20
@@ -233,7 +233,8 @@ def test_a_malformed_sparse_map_is_one_line(tmp_path: Path) -> None:
 
 def read_members(archive: Path) -> dict:
     """{path: its bytes} of the archive's wanted members, every path wanted."""
-    return read_archive(archive, MIB, lambda parts: True)[1]
+    tree = ArchiveTree(archive, MIB)
+    return walk(tree, MIB, lambda parts: True)[1]
 
 
 def test_headers_count_towards_the_decompressed_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,6 +262,17 @@ def test_data_after_the_end_of_an_archive_is_bounded(tmp_path: Path, monkeypatch
     one_line_error(archive, tmp_path / "cache", "truncated or corrupted", "after the end-of-archive")
 
 
+@pytest.mark.parametrize("name", ["d.tar", "d.tar.xz"])
+def test_an_archive_cut_at_a_member_boundary_is_refused(tmp_path: Path, name: str) -> None:
+    # Every member whole and only the end-of-archive blocks missing: tarfile alone would stop quietly.
+    layout = [member(f"{split}/{c}/0.png", png(1)) for split in ("train", "test") for c in ("a", "b")]
+    whole = raw_tar(tmp_path / "whole.tar", *layout).read_bytes()
+    cut = whole[: whole.rindex(png(1)) + len(png(1))]
+    cut += bytes(-len(cut) % tarfile.BLOCKSIZE)  # the last member's padding, no end blocks
+    (tmp_path / name).write_bytes(lzma.compress(cut) if name.endswith(".xz") else cut)
+    one_line_error(tmp_path / name, tmp_path / "cache", "truncated or corrupted", "no end-of-archive block")
+
+
 def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_tree(tmp_path / "imgs")  # 2 splits + 4 class folders + 10 images
     archive = tar_of(root, tmp_path / "d.tar")
@@ -274,7 +286,7 @@ def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest
         with pytest.raises(DataError, match="GiB of members: too much"):  # (the archive itself is over 300 bytes)
             read_members(archive)
     monkeypatch.setattr(trees, "MAX_ENTRIES", 16)
-    assert len(walk(FolderTree(root), root, MIB, sources._is_candidate)[1]) == 10
+    assert len(walk(FolderTree(root), MIB, sources._is_candidate)[1]) == 10
 
 
 # ---------------------------------------------------------------------------------------------

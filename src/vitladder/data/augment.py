@@ -1,6 +1,5 @@
 """Augmentation and normalisation as batched tensor ops on the images' device (airbench style): each image draws its
-own randomness from a ``torch.Generator`` on that device, so a batch takes a few kernel launches, with no Python loop
-over images and no host sync."""
+own randomness from a generator on that device, so a batch takes a few kernel launches and no host sync."""
 
 from __future__ import annotations
 

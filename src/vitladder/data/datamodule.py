@@ -71,9 +71,7 @@ class ImageDataModule(L.LightningDataModule):
         self.cfg, self.seed = data_cfg, seed
         self.splits: ImageSplits | None = None  # the source's images
         self.stats: ChannelStats | None = None
-        self.train: Split | None = None
-        self.val: Split | None = None
-        self.test: Split | None = None
+        self.train = self.val = self.test = None  # Splits
 
     classes = property(lambda self: self.splits.classes)
     num_classes = property(lambda self: self.splits.num_classes)
@@ -128,13 +126,13 @@ class ImageDataModule(L.LightningDataModule):
             per_device_batch(int(self.cfg.batch_size), world_size) if train else eval_batch,
             shuffle=train,
             augment=train and (crop > 0 or flip),
+            stats=self.stats,
             crop_padding=crop,
             flip=flip,
             seed=self.seed,
             drop_last=train,  # MixUp needs even, equal batches
             rank=rank,
             world_size=world_size,
-            stats=self.stats,
         )
 
     def train_dataloader(self) -> DeviceBatches:

@@ -25,18 +25,13 @@ def stream_seed(*parts: object) -> int:
 @dataclass(eq=False, repr=False)
 class DeviceBatches:
     """Yields ``(images, labels)``: (B, C, H, W) float32 normalised with ``stats`` and (B,) int64, on the images'
-    device; ``augment``: a random crop (``crop_padding`` 0: none) and, if ``flip``, a random horizontal flip. An
-    epoch's order and augmentation are a pure function of ``(seed, epoch, rank)``: a resumed run sees the batches an
-    uninterrupted one would have seen.
-
-    Every rank keeps ``perm[rank::world_size]`` of one permutation. Training (``drop_last``) cuts it to a multiple of
-    ``world_size`` and drops a rank's last, incomplete batch: every rank takes as many equal batches, as DDP's gradient
-    all-reduce requires. Evaluation visits every sample once over all ranks (no wrap-around padding; a rank may hold
-    one sample fewer): no evaluation step makes a collective call, and metrics are synchronised at the epoch's end.
-
-    Lightning calls ``loader.sampler.set_epoch(epoch)`` (this object is its own sampler) at each training epoch's
-    start, on a resumed run after it has created the iterator: the epoch is read at the first batch.
-    """
+    device; ``augment``: a random crop (``crop_padding`` 0: none) and, if ``flip``, a random flip. An epoch's order
+    and augmentation are a pure function of ``(seed, epoch, rank)``, so a resumed run sees the batches an
+    uninterrupted one would have. Every rank keeps ``perm[rank::world_size]`` of one permutation: training
+    (``drop_last``) gives every rank as many equal batches, as DDP's all-reduce requires; evaluation visits every
+    sample once over all ranks, with no padding and no collective call per step. This object is its own sampler:
+    Lightning's ``set_epoch`` may come after the iterator is made (a resumed run), so the epoch is read at the first
+    batch."""
 
     images: Tensor  # (N, C, H, W) uint8
     labels: Tensor  # (N,) int64
@@ -64,8 +59,7 @@ class DeviceBatches:
         n = len(self.images)
         # drop_last: the same count on every rank; otherwise this rank's share of range(rank, n, world_size).
         self.samples_per_rank = n // self.world_size if self.drop_last else len(range(self.rank, n, self.world_size))
-        whole, some = self.samples_per_rank // self.batch_size, math.ceil(self.samples_per_rank / self.batch_size)
-        self.num_batches = whole if self.drop_last else some
+        self.num_batches = (math.floor if self.drop_last else math.ceil)(self.samples_per_rank / self.batch_size)
         self.sampler = self  # where Lightning's set_epoch looks (lightning.fabric.utilities.data._set_sampler_epoch)
 
     def set_epoch(self, epoch: int) -> None:

@@ -1,9 +1,5 @@
-"""Per-channel mean and standard deviation of uint8 images: the normalisation a model is trained with.
-
-A source may publish its statistics (CIFAR-10 does); otherwise they are those of the images that train (the training
-split, after the validation hold-out). They travel with the model (model.safetensors, last.ckpt), so the analysis,
-the demo and the benchmark normalise exactly as training did.
-"""
+"""Per-channel mean and standard deviation of uint8 images: the normalisation a model is trained with, the source's
+(CIFAR-10's) or the training split's. They travel with the model, so everything after training normalises as it did."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ class ChannelStats:
 
     @classmethod
     def from_dict(cls, raw: object) -> ChannelStats:
-        """From ``to_dict``'s form as read from anyone's file: a ValueError unless it is 3 finite means and 3
-        positive finite deviations."""
+        """From ``to_dict``'s form, read from anyone's file: a ValueError unless 3 finite means and 3 stds > 0."""
         if not isinstance(raw, Mapping):
             raise ValueError("normalisation is not a mapping of mean and std")
         for name, low in (("mean", -math.inf), ("std", 0.0)):

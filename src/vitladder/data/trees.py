@@ -1,7 +1,7 @@
-"""An image folder or a tar archive read as one tree of files, every read bounded. Both are listed by the same walk,
-so a folder and the archive made from it list the same files: links lead to what they name (in an archive, to the
-member; a link out of it is refused), and a link that cannot be followed stops the load with one line that names it
-and counts the others. Only regular files are read, each refused unread over ``max_file_bytes``."""
+"""An image folder or a tar archive read as one tree of files, every read bounded. One walk lists both, so a folder
+and the archive made from it list the same files: links lead to what they name (in an archive, to the member; a link
+out of it is refused), and a link that cannot be followed stops the load with one line that names it and counts the
+others. Only regular files are read, each refused unread over ``max_file_bytes``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import lzma
 import os
 import stat
 import tarfile
+import zlib
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -70,14 +72,12 @@ def not_a_file(source: Path, parts: Parts, what: str) -> DataError:
 
 
 def walk(
-    tree: FolderTree | ArchiveTree, source: Path, max_file_bytes: int, wanted: Callable[[Parts], bool]
+    tree: FolderTree | ArchiveTree, max_file_bytes: int, wanted: Callable[[Parts], bool]
 ) -> tuple[set[Parts], dict[Parts, Node | DataError]]:
     """(every folder, {each path ``wanted`` accepts: its Node, or the DataError that stands for it}), hidden names
     left out. A link that cannot be followed, or a folder link back to a folder above it, is a DataError at once; a
     wanted path that is no regular file or is too big is kept as its DataError: it matters only in the layout."""
-    dirs: set[Parts] = set()
-    files: dict[Parts, Node | DataError] = {}
-    broken: list[tuple[Parts, str]] = []
+    source, dirs, files, broken = tree.source, set(), {}, []
     count = total = 0
     stack = [((), (tree.lookup(()).key,))]
     while stack:
@@ -130,20 +130,19 @@ def _os_error(verb: str, path: Path, error: OSError) -> DataError:
     return DataError(f"could not {verb} {printable(path)} ({error.strerror or error}): check its permissions")
 
 
+@dataclass
 class FolderTree:
+    source: Path
     kind = "folder"
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
 
     def children(self, parts: Parts) -> list[str]:
         try:
-            return sorted(os.listdir(self.root.joinpath(*parts)))
+            return sorted(os.listdir(self.source.joinpath(*parts)))
         except OSError as error:
-            raise _os_error("list", self.root.joinpath(*parts), error) from error
+            raise _os_error("list", self.source.joinpath(*parts), error) from error
 
     def lookup(self, parts: Parts) -> Node:
-        path = self.root.joinpath(*parts)
+        path = self.source.joinpath(*parts)
         try:
             st = os.stat(path)  # follows links, as reading will
         except OSError as error:
@@ -157,16 +156,16 @@ class FolderTree:
 
     def read(self, parts: Parts, max_file_bytes: int) -> bytes:
         """The bytes of a regular file, checked again on the open file: it may have changed since the walk."""
-        path, source = self.root.joinpath(*parts), self.root
+        path = self.source.joinpath(*parts)
         try:  # non-blocking: a FIFO swapped in after the walk must not hang the open
             with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
                 if (kind := _kind(os.fstat(f.fileno()).st_mode)) != "file":
-                    raise not_a_file(source, parts, kind)
+                    raise not_a_file(self.source, parts, kind)
                 data = f.read(max_file_bytes + 1)
         except OSError as error:
             raise _os_error("read", path, error) from error
         if len(data) > max_file_bytes:
-            raise too_big(source, show(parts), os.stat(path).st_size, max_file_bytes)
+            raise too_big(self.source, show(parts), os.stat(path).st_size, max_file_bytes)
         return data
 
 
@@ -206,14 +205,59 @@ DIR = Entry("dir")
 
 
 class ArchiveTree:
-    """The members of an archive as a tree whose links are followed as a file system's are."""
+    """A tar archive's members as a tree whose links are followed as a file system's are. The archive is read as a
+    stream, in one pass (so decompressed once), each member refused at its header when over the limits; every regular
+    member is kept, as a link may lead to any of them."""
 
     kind = "archive"
 
-    def __init__(self, entries: dict[Parts, Entry]) -> None:
-        self.entries, self.index = entries, {}
-        for parts in sorted(entries):
+    def __init__(self, source: Path, max_file_bytes: int) -> None:
+        self.source, self.entries, self.data = source, {}, {}
+        try:
+            self._read(max_file_bytes)
+        except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError, ValueError) as error:
+            detail = f"{type(error).__name__}: {error}"[:80]
+            raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
+        self.index: dict[Parts, list[str]] = {}
+        for parts in sorted(self.entries):
             self.index.setdefault(parts[:-1], []).append(parts[-1])
+
+    def _read(self, max_file_bytes: int) -> None:
+        source, count, total = self.source, 0, 0
+        with open(source, "rb") as raw:
+            magic = raw.read(6)
+            raw.seek(0)
+            unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if magic.startswith(start)), None)
+            stream = Budget(unpack(raw) if unpack else raw, source)
+            with stream.stream, tarfile.open(fileobj=stream, mode="r|") as archive:  # 'r|': a stream, read once
+                while (member := archive.next()) is not None:
+                    archive.members.clear()  # a stream never looks back; a million headers would cost ~0.5 GB
+                    stream.headers_end = stream.count + member.size + MAX_HEADER_BYTES + tarfile.RECORDSIZE
+                    if member.issparse():
+                        name = printable(member.name, 60)
+                        raise tarfile.ReadError(f"{name} is a sparse file, which an image never is")
+                    count, total = count + 1, total + member.size
+                    if count > MAX_ENTRIES:
+                        raise too_much(f"{source} holds more than {MAX_ENTRIES:,} members: too many")
+                    if member.size > max_file_bytes:  # before tarfile reads a byte of its data
+                        raise too_big(source, f"member {printable(member.name, 300)}", member.size, max_file_bytes)
+                    if total > MAX_TOTAL_BYTES:
+                        raise too_much(f"{source}: more than {MAX_TOTAL_BYTES / 2**30:g} GiB of members: too much")
+                    parts = relative_parts(member.name)
+                    for i in range(1, len(parts)):  # archives may omit folder members
+                        self.entries.setdefault(parts[:i], DIR)
+                    kind = "file" if member.isreg() else MEMBER_KINDS.get(member.type, "a member of an unknown type")
+                    if parts:
+                        self.entries[parts] = Entry(kind, member.size, member.linkname)
+                    if parts and kind == "file":
+                        self.data[parts] = archive.extractfile(member).read()
+                # Read on to the end: a compressed stream checks its end marker and checksum only there, and a tar
+                # cut at a member boundary shows only as a missing end-of-archive block.
+                stream.headers_end = stream.limit
+                if len(stream.read(MAX_TAIL_BYTES + 1)) > MAX_TAIL_BYTES:
+                    raise tarfile.ReadError(f"over {MAX_TAIL_BYTES >> 20} MiB after the end-of-archive blocks")
+                if stream.count < archive.offset + tarfile.BLOCKSIZE:
+                    raise tarfile.ReadError("no end-of-archive block")
 
     def children(self, parts: Parts) -> list[str]:
         return self.index.get(self.resolve(parts)[0], [])
@@ -222,6 +266,9 @@ class ArchiveTree:
         real, hops = self.resolve(parts)
         entry = self.entries.get(real, DIR)  # () is the root
         return Node(entry.kind, entry.size, real, via_link=hops > 0)
+
+    def read(self, parts: Parts, max_file_bytes: int) -> bytes:
+        return self.data[self.resolve(parts)[0]]
 
     def resolve(self, parts: Parts, hops: int = 0) -> tuple[Parts, int]:
         """(the member ``parts`` leads to, links followed), as a file system resolves a path."""
@@ -250,50 +297,3 @@ class ArchiveTree:
                     raise Unreadable(f"is a link to {target}, which {why}") from None
             real = here
         return real, hops
-
-
-def read_archive(
-    source: Path, max_file_bytes: int, wanted: Callable[[Parts], bool]
-) -> tuple[set[Parts], dict[Parts, bytes | DataError]]:
-    """(folders, {wanted path: the bytes of the member it leads to, or the DataError that stands for it}) of a tar
-    archive read as a stream, in one pass (so decompressed once), each member refused at its header when over the
-    limits. Every regular member is kept: a link may lead to any of them."""
-    entries: dict[Parts, Entry] = {}
-    data: dict[Parts, bytes] = {}
-    count = total = 0
-    with open(source, "rb") as raw:
-        magic = raw.read(6)
-        raw.seek(0)
-        unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if magic.startswith(start)), None)
-        stream = Budget(unpack(raw) if unpack else raw, source)
-        with stream.stream, tarfile.open(fileobj=stream, mode="r|") as archive:  # 'r|': a stream, read once
-            while (member := archive.next()) is not None:
-                archive.members.clear()  # a stream never looks back; a million headers would cost ~0.5 GB
-                stream.headers_end = stream.count + member.size + MAX_HEADER_BYTES + tarfile.RECORDSIZE
-                if member.issparse():
-                    raise tarfile.ReadError(f"{printable(member.name, 60)} is a sparse file, which an image never is")
-                count, total = count + 1, total + member.size
-                if count > MAX_ENTRIES:
-                    raise too_much(f"{source} holds more than {MAX_ENTRIES:,} members: too many")
-                if member.size > max_file_bytes:  # before tarfile reads a byte of its data
-                    raise too_big(source, f"member {printable(member.name, 300)}", member.size, max_file_bytes)
-                if total > MAX_TOTAL_BYTES:
-                    raise too_much(f"{source}: more than {MAX_TOTAL_BYTES / 2**30:g} GiB of members: too much")
-                parts = relative_parts(member.name)
-                for i in range(1, len(parts)):  # archives may omit folder members
-                    entries.setdefault(parts[:i], DIR)
-                kind = "file" if member.isreg() else MEMBER_KINDS.get(member.type, "a member of an unknown type")
-                if parts:
-                    entries[parts] = Entry(kind, member.size, member.linkname)
-                if parts and kind == "file":
-                    data[parts] = archive.extractfile(member).read()
-            # Read on to the end: a compressed stream checks its end marker and checksum only there, and a tar cut
-            # at a member boundary shows only as a missing end-of-archive block.
-            tail, stream.headers_end = 0, stream.limit
-            while chunk := stream.read(1 << 20):
-                if (tail := tail + len(chunk)) > MAX_TAIL_BYTES:
-                    raise tarfile.ReadError(f"over {MAX_TAIL_BYTES >> 20} MiB after the end-of-archive blocks")
-            if stream.count < archive.offset + tarfile.BLOCKSIZE:
-                raise tarfile.ReadError("no end-of-archive block")
-    dirs, files = walk(ArchiveTree(entries), source, max_file_bytes, wanted)
-    return dirs, {parts: data[node.key] if isinstance(node, Node) else node for parts, node in files.items()}

@@ -23,17 +23,12 @@ def test_cifar10_without_network_is_one_helpful_line(tmp_path: Path, monkeypatch
     monkeypatch.setattr(urllib.request, "urlopen", offline)  # fast and deterministic, network or not
     timeout_before = socket.getdefaulttimeout()
     with pytest.raises(DataError) as info:
-        load_cifar10(tmp_path / "data", download=True)
+        load_cifar10(tmp_path / "data")
     message = str(info.value)
     assert "\n" not in message
     assert "could not download CIFAR-10" in message and str(tmp_path / "data") in message
     assert "data.root=" in message and "data=imagefolder" in message
     assert socket.getdefaulttimeout() == timeout_before  # the download timeout was restored
-
-
-def test_cifar10_missing_without_download(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="not found"):
-        load_cifar10(tmp_path, download=False)
 
 
 class FakeCIFAR10:

@@ -1,7 +1,6 @@
 """Where the pixels come from: a source is a module of this package, found by its name in ``data=<source>``, that
-defines ``load(data_cfg) -> ImageSplits`` (downloading or decoding and caching first where needed) and, for keys of
-its own, a ``Config(DataConfig)``; a module whose name starts with ``_`` is no source. Every source returns the same
-ImageSplits, so nothing after the load cares which one ran."""
+defines ``load(data_cfg) -> ImageSplits`` and, for keys of its own, a ``Config(DataConfig)``; a module whose name
+starts with ``_`` is no source. Nothing after the load cares which source ran."""
 
 from __future__ import annotations
 
@@ -85,13 +84,9 @@ def _source_values(data_cfg: DictConfig) -> dict:  # the keys that choose the im
     return {k: v for k, v in OmegaConf.to_container(data_cfg, resolve=True).items() if k not in _SPLIT_KEYS}
 
 
-def _identity(data_cfg: DictConfig) -> str:
-    return json.dumps(_source_values(data_cfg), sort_keys=True, default=str)
-
-
 def load(data_cfg: DictConfig) -> ImageSplits:
     """The images of ``data=<source>``, loaded once per process (the same object for the same source keys)."""
-    if (key := _identity(data_cfg)) not in _loaded:
+    if (key := json.dumps(_source_values(data_cfg), sort_keys=True, default=str)) not in _loaded:
         splits = source_named(data_cfg.source).load(data_cfg)
         _loaded.clear()
         _loaded[key] = splits

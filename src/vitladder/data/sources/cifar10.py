@@ -20,10 +20,6 @@ from vitladder.errors import DataError
 # statistics travelled with it was normalised with these, whatever its source.
 STATS = ChannelStats(mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616))
 DOWNLOAD_TIMEOUT_S = 30.0
-LOCAL_COPY = (
-    "use a local copy with data.root=PATH (the folder holding cifar-10-batches-py) "
-    "or data=imagefolder data.root=PATH/cifar10-jpeg.tar.xz"
-)
 
 
 @dataclass
@@ -34,11 +30,11 @@ class Config(DataConfig):
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
-    return load_cifar10(Path(data_cfg.root), download=True)
+    return load_cifar10(Path(data_cfg.root))
 
 
-def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
-    """CIFAR-10 from ``root/cifar-10-batches-py`` (or that folder itself), downloaded there if asked and needed."""
+def load_cifar10(root: str | Path) -> ImageSplits:
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (or that folder itself), downloaded there when missing."""
     from torchvision.datasets import CIFAR10  # imported here: only this source needs it
 
     root = Path(root).expanduser()
@@ -48,18 +44,16 @@ def load_cifar10(root: str | Path, download: bool = True) -> ImageSplits:
     # torchvision's urlopen has no timeout: on a network that drops packets silently it would hang for minutes.
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
     try:
-        train, test = (CIFAR10(str(root), train=is_train, download=download) for is_train in (True, False))
+        train, test = (CIFAR10(str(root), train=is_train, download=True) for is_train in (True, False))
     except (OSError, RuntimeError) as error:  # URLError and socket.timeout are OSErrors
-        if not download:
-            raise DataError(
-                f"CIFAR-10 not found or corrupted in {root} (no valid cifar-10-batches-py): {LOCAL_COPY}"
-            ) from error
         for folder in made:  # deepest first; one holding a partial download stays
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise DataError(
             f"could not download CIFAR-10 into {root} (no network?): run again with a network; or, for a JPEG copy "
-            f"laid out as train/<class>/ and test/<class>/, make ladder DATA=PATH/cifar10-jpeg.tar.xz; or {LOCAL_COPY}"
+            "laid out as train/<class>/ and test/<class>/, make ladder DATA=PATH/cifar10-jpeg.tar.xz; or use a local "
+            "copy with data.root=PATH (the folder holding cifar-10-batches-py) or data=imagefolder "
+            "data.root=PATH/cifar10-jpeg.tar.xz"
         ) from error
     finally:
         socket.setdefaulttimeout(previous_timeout)

@@ -8,10 +8,8 @@ import contextlib
 import hashlib
 import io
 import logging
-import lzma
 import math
-import tarfile
-import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from vitladder.atomic import atomic_path
 from vitladder.config_schema import DataConfig, setting
 from vitladder.data import trees
 from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits
-from vitladder.data.trees import FolderTree, Node, Parts, read_archive, show, too_much, walk
+from vitladder.data.trees import ArchiveTree, FolderTree, Node, Parts, show, too_much, walk
 from vitladder.errors import DataError
 from vitladder.text import printable
 
@@ -52,8 +50,7 @@ class Config(DataConfig):
 
 
 def load(data_cfg: DictConfig) -> ImageSplits:
-    max_file_mib = data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB)
-    return load_image_folder(Path(data_cfg.root), cache_dir=Path(data_cfg.cache_dir), max_file_mib=max_file_mib)
+    return load_image_folder(data_cfg.root, data_cfg.cache_dir, data_cfg.get("max_file_mib", DEFAULT_MAX_FILE_MIB))
 
 
 def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
@@ -87,43 +84,17 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
         ) from error
 
 
-def _decode(
-    source: Path, found: dict[Parts, bytes | Node | DataError], folder: FolderTree | None, max_file_bytes: int
-) -> dict[Parts, np.ndarray | DataError]:
-    """Each image decoded (a folder's file read first), or the DataError that stands for it: it matters only if the
-    file is in the layout. One line once the pixels are over trees.MAX_TOTAL_BYTES (small files, huge images)."""
-    console, images, pixels = Console(stderr=True), {}, 0
-    big = len(found) > 2000  # a bar on a terminal, a line in a log, for a job that takes a while
-    if big and not console.is_terminal:
-        log.info("decoding %s once (done once, then cached)", source.name)
-    bar = {"console": console, "transient": True, "disable": not (big and console.is_terminal)}
-    for parts, item in rich.progress.track(sorted(found.items()), f"decoding {source.name} once", **bar):
-        try:
-            data = folder.read(parts, max_file_bytes) if isinstance(item, Node) else item
-            image = data if isinstance(data, DataError) else _decode_image(data, show(parts), source)
-        except DataError as error:
-            image = error
-        images[parts] = image
-        if (pixels := pixels + getattr(image, "nbytes", 0)) > trees.MAX_TOTAL_BYTES:
-            raise DataError(
-                f"{source} decodes to over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB of pixels: "
-                "too big for one data set of small images; use smaller images or split it"
-            )
-    return images
-
-
 def _is_candidate(parts: Parts) -> bool:
     """Could this file be an image at split/class/..., possibly under one top folder?"""
     return (len(parts) >= 3 and parts[0] in SPLITS) or (len(parts) >= 4 and parts[1] in SPLITS)
 
 
-def _assemble(source: Path, dirs: set[Parts], images: dict[Parts, np.ndarray | DataError]) -> dict[str, np.ndarray]:
-    """The stacked arrays of train/ and test/, their classes and every image's size checked."""
+def _layout(source: Path, dirs: set[Parts], files: dict, classes: list[str]) -> Iterator[tuple[str, Parts, int]]:
+    """(split, path, label) of each image of train/ then test/, sorted by path so that a folder and its archive give
+    identical arrays whatever the tar order; ``classes`` gets train's class folders. Lazy: a layout error comes where
+    the images reach it, after those before it have been checked."""
     tops = [d for d in dirs if len(d) == 1]
     wrapped = len(tops) == 1 and tops[0][0] not in SPLITS and any((*tops[0], s) in dirs for s in SPLITS)
-    arrays: dict[str, np.ndarray] = {}
-    classes: list[str] = []
-    first: tuple[Parts, int, int] | None = None  # the first train image, its height and width
     for split in SPLITS:
         prefix = (*tops[0], split) if wrapped else (split,)
         if prefix not in dirs:
@@ -132,38 +103,58 @@ def _assemble(source: Path, dirs: set[Parts], images: dict[Parts, np.ndarray | D
         if not found:
             raise DataError(f"{source}: {split}/ has no class folders: {LAYOUT}")
         if split == "train":
-            classes = found
+            classes += found
         elif found != classes:
             missing = ", ".join(printable(c, 80) for c in sorted(set(classes) - set(found))) or "none"
             extra = ", ".join(printable(c, 80) for c in sorted(set(found) - set(classes))) or "none"
             differ = f"test/ classes differ from train/ classes (missing in test: {missing}; extra in test: {extra})"
             raise DataError(f"{source}: {differ}")
-        stacked, labels = [], []
         for label, name in enumerate(classes):
             folder = (*prefix, name)
-            # Sorted by path, so a folder and its archive give identical arrays whatever the tar order.
-            members = sorted(p for p in images if p[: len(folder)] == folder)
-            if not members:
+            if not (members := sorted(p for p in files if p[: len(folder)] == folder)):
                 raise DataError(f"{source}: class folder {show(folder)} has no images")
-            for parts in members:
-                if isinstance(image := images[parts], DataError):
-                    raise image
-                first = first or (parts, *image.shape[:2])
-                first_parts, side, width = first
-                if side != width:
-                    square = "images must be square: crop or resize them"
-                    raise DataError(f"{source}: {show(first_parts)} is {width}x{side}: {square}")
-                if image.shape[:2] != (side, side):
-                    raise DataError(
-                        f"{source}: {show(parts)} is {image.shape[1]}x{image.shape[0]}, expected {side}x{side} "
-                        f"like {show(first_parts)}: resize it or remove it"
-                    )
-                stacked.append(image)
-            labels += [label] * len(members)
-        arrays[f"{split}_images"] = np.stack(stacked).transpose(0, 3, 1, 2).copy()  # (N, 3, S, S)
+            yield from ((split, parts, label) for parts in members)
+
+
+def _decode(
+    tree: FolderTree | ArchiveTree, dirs: set[Parts], files: dict[Parts, Node | DataError], max_file_bytes: int
+) -> dict[str, np.ndarray]:
+    """The arrays of train/ and test/ and their classes, every image checked: readable, decodable, square and of the
+    first's size. One line once the pixels are over trees.MAX_TOTAL_BYTES (small files, huge images)."""
+    source, console, pixels, first, classes = tree.source, Console(stderr=True), 0, None, []
+    big = len(files) > 2000  # a bar on a terminal, a line in a log, for a job that takes a while
+    if big and not console.is_terminal:
+        log.info("decoding %s once (done once, then cached)", source.name)
+    bar = {"console": console, "transient": True, "disable": not (big and console.is_terminal), "total": len(files)}
+    decoded: dict[str, list[tuple[np.ndarray, int]]] = {split: [] for split in SPLITS}
+    for split, parts, label in rich.progress.track(
+        _layout(source, dirs, files, classes), f"decoding {source.name} once", **bar
+    ):
+        if isinstance(file := files[parts], DataError):
+            raise file
+        image = _decode_image(tree.read(parts, max_file_bytes), show(parts), source)
+        first = first or (parts, *image.shape[:2])
+        first_parts, side, width = first
+        if side != width:
+            square = "images must be square: crop or resize them"
+            raise DataError(f"{source}: {show(first_parts)} is {width}x{side}: {square}")
+        if image.shape[:2] != (side, side):
+            raise DataError(
+                f"{source}: {show(parts)} is {image.shape[1]}x{image.shape[0]}, expected {side}x{side} "
+                f"like {show(first_parts)}: resize it or remove it"
+            )
+        if (pixels := pixels + image.nbytes) > trees.MAX_TOTAL_BYTES:
+            raise DataError(
+                f"{source} decodes to over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB of pixels: "
+                "too big for one data set of small images; use smaller images or split it"
+            )
+        decoded[split].append((image, label))
+    arrays = {"classes": np.asarray(classes)}
+    for split in SPLITS:
+        images, labels = zip(*decoded[split])
+        arrays[f"{split}_images"] = np.stack(images).transpose(0, 3, 1, 2).copy()  # (N, 3, S, S)
         arrays[f"{split}_labels"] = np.asarray(labels, dtype=np.int64)
-    arrays["classes"] = np.asarray(classes)
-    return arrays
+    return arrays | {"origin": np.asarray(_origin(arrays, {Path(parts[-1]).suffix.lower() for parts in files}))}
 
 
 def _origin(arrays: dict, suffixes: set[str]) -> str:
@@ -185,9 +176,7 @@ def _fingerprint(source: Path, listing: tuple[set[Parts], dict[Parts, Node | Dat
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
     else:
-        files = sorted(
-            (parts, node.stamp if isinstance(node, Node) else str(node)) for parts, node in listing[1].items()
-        )
+        files = sorted((parts, getattr(node, "stamp", str(node))) for parts, node in listing[1].items())
         digest.update(repr((sorted(listing[0]), files)).encode())  # repr: any file name, even an undecodable one
     return digest.hexdigest()
 
@@ -214,29 +203,19 @@ def load_image_folder(
     is_archive = source.is_file() and source.name.lower().endswith(ARCHIVE_SUFFIXES)
     if not source.is_dir() and not is_archive:
         raise DataError(f"data root {source} is neither a folder nor a .tar/.tar.gz/.tar.xz archive")
-    size = source.stat().st_size
-    if is_archive and size > trees.MAX_TOTAL_BYTES:  # before the fingerprint reads it all
+    if is_archive and source.stat().st_size > trees.MAX_TOTAL_BYTES:  # before the fingerprint reads it all
         raise too_much(f"{source} is over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB: too big")
 
-    folder = None if is_archive else FolderTree(source)
-    listing = None if folder is None else walk(folder, source, max_file_bytes, _is_candidate)
+    listing = None if is_archive else walk(FolderTree(source), max_file_bytes, _is_candidate)
     name = f"{source.name.split('.')[0] or 'images'}-{_fingerprint(source, listing)[:16]}.npz"
     cache_path = Path(cache_dir).expanduser() / name
     # No cache yet, or a truncated or foreign file: never fatal, the source is decoded again and the file replaced.
     with contextlib.suppress(Exception), np.load(cache_path, allow_pickle=False) as cached:
         return _splits({key: cached[key] for key in cached.files})
 
-    if folder is None:
-        try:
-            dirs, found = read_archive(source, max_file_bytes, _is_candidate)
-        except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError, ValueError) as error:
-            detail = f"{type(error).__name__}: {error}"[:80]
-            raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
-    else:
-        dirs, found = listing
-    images = _decode(source, found, folder, max_file_bytes)
-    arrays = _assemble(source, dirs, images)
-    arrays["origin"] = np.asarray(_origin(arrays, {Path(parts[-1]).suffix.lower() for parts in images}))
+    tree = ArchiveTree(source, max_file_bytes) if is_archive else FolderTree(source)
+    dirs, files = listing or walk(tree, max_file_bytes, _is_candidate)
+    arrays = _decode(tree, dirs, files, max_file_bytes)
     try:  # atomic: a crash or a parallel run never leaves half a cache
         with atomic_path(cache_path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **arrays)

@@ -1,11 +1,7 @@
 """``data=synthetic``: stripes of 2 orientations x 5 spatial frequencies, learnable in a CPU minute; no download.
-
-Phase, contrast, tint, background and pixel noise are drawn per image from the same laws for every class, so no class
-has its own colour: only the spatial pattern tells them apart. Vertical and horizontal stripes are their own mirror
-images, and a shift only moves their phase, so the classes survive the ladder's flip and crop (a 30-degree grating
-would turn into a 150-degree one under a flip). Telling 2 from 3.5 cycles needs more than one 4-px patch: the model
-has to relate patches.
-"""
+Phase, contrast, tint, background and noise follow the same laws in every class: only the pattern tells them apart.
+Vertical and horizontal stripes survive the ladder's flip and crop (a 30-degree grating would flip to 150 degrees),
+and telling 2 from 3.5 cycles takes more than one 4-px patch: the model has to relate patches."""
 
 from __future__ import annotations
 
