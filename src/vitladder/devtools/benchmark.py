@@ -14,7 +14,6 @@ from __future__ import annotations
 import platform
 import statistics
 import tempfile
-import timeit
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -91,14 +90,6 @@ def bench_config(s: BenchSettings) -> DictConfig:
     return compose_rung(s.rung, overrides.split())
 
 
-def per_step(starts: list[float], device: str | torch.device) -> float:
-    """Seconds per step from the start times of consecutive steps: on a GPU their span over the steps (its launches
-    run ahead of the device), on the CPU the median step (robust to other jobs' bursts on a shared machine)."""
-    if torch.device(device).type == "cuda":
-        return (starts[-1] - starts[0]) / (len(starts) - 1)
-    return statistics.median(b - a for a, b in zip(starts, starts[1:]))
-
-
 def synced() -> float:
     """The time once the GPU's queued work is done (CUDA runs ahead of the host). torch.utils.benchmark's clock does
     the same, but importing that package imports torch.utils.cpp_extension and setuptools, which logs a line."""
@@ -107,27 +98,40 @@ def synced() -> float:
     return perf_counter()
 
 
-def seconds_per_call(fn: Callable[[], object], calls: int, device: str | torch.device, warmup: int = 0) -> float:
-    """Seconds per call of ``fn`` after ``warmup`` untimed calls, as ``per_step`` counts them; timed by ``timeit``
-    (garbage collection off) on the ``synced`` clock."""
-    for _ in range(warmup):
-        fn()
-    timer = timeit.Timer(fn, timer=synced)
+def per_step(starts: list[float], device: str | torch.device) -> float:
+    """Seconds per step from the start times of consecutive steps: on a GPU their span over the steps (its launches
+    run ahead of the device), on the CPU the median step (robust to other jobs' bursts on a shared machine)."""
     if torch.device(device).type == "cuda":
-        return timer.timeit(calls) / calls
-    return statistics.median(timer.repeat(calls, number=1))
+        return (starts[-1] - starts[0]) / (len(starts) - 1)
+    return statistics.median(b - a for a, b in zip(starts, starts[1:]))
 
 
 class _StepStarts(L.Callback):
-    """The start of training batches ``first`` to ``last``, the device synchronised at those two only (Lightning's
-    ThroughputMonitor synchronises it after every batch, a wait the run does not have)."""
+    """The start times of steps ``first`` to ``last``, the device synchronised at those two only (Lightning's
+    ThroughputMonitor synchronises it after every batch, a wait the run does not have): every figure's clock."""
 
     def __init__(self, first: int, last: int) -> None:
         self.first, self.last, self.starts = first, last, []
 
+    def stamp(self, step: int) -> None:
+        if self.first <= step <= self.last:
+            self.starts.append(synced() if step in (self.first, self.last) else perf_counter())
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        if self.first <= batch_idx <= self.last:
-            self.starts.append(synced() if batch_idx in (self.first, self.last) else perf_counter())
+        self.stamp(batch_idx)
+
+
+def seconds_per_call(fn: Callable[[], object], calls: int, device: str | torch.device, warmup: int = 0) -> float:
+    """Seconds per call of ``fn`` after ``warmup`` untimed calls, stamped and counted as Lightning's steps are."""
+    clock = _StepStarts(warmup, warmup + calls)
+    for call in range(warmup + calls):
+        clock.stamp(call)
+        fn()
+    clock.stamp(warmup + calls)
+    return per_step(clock.starts, device)
+
+
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 
 
 def _trainer(cfg: DictConfig, s: BenchSettings, *callbacks: L.Callback, **limits) -> L.Trainer:
@@ -137,15 +141,10 @@ def _trainer(cfg: DictConfig, s: BenchSettings, *callbacks: L.Callback, **limits
         accelerator=s.device,
         devices=1,
         precision=cfg.trainer.precision,
-        max_epochs=1,
-        **{"limit_val_batches": 0, **limits},
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         callbacks=list(callbacks),
+        **QUIET,
         plugins=[AtomicCheckpointIO()],
+        **{"max_epochs": 1, "num_sanity_val_steps": 0, "limit_val_batches": 0, **limits},
     )
 
 
@@ -245,24 +244,25 @@ class _CountSteps(L.Callback):
 def time_loop_costs(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings, folder: Path) -> dict:
     """Host syncs per training and per evaluation step of the project's Lightning path, and the seconds and MiB of
     one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO)."""
-    module = build_module(cfg, datamodule)
+    module, counted = build_module(cfg, datamodule), {}
     with HostSyncs(cuda=s.device == "cuda") as syncs:
         counter = _CountSteps(syncs, s.warmup, s.steps)
         fitted = _trainer(cfg, s, counter, limit_train_batches=s.warmup + s.steps + 1)
         fitted.fit(module, datamodule=datamodule)
-        train = syncs.total, syncs.cuda
+        counted["train"] = (syncs.total / s.steps, syncs.cuda and syncs.cuda / s.steps)
+        syncs.seen.clear()
+        syncs.cuda = syncs.cuda and 0  # None off CUDA
         evaluator = _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1)
         evaluator.validate(module, datamodule=datamodule, verbose=False)
-        evaluate = syncs.total - train[0], None if syncs.cuda is None else syncs.cuda - train[1]
+        counted["eval"] = (syncs.total / EVAL_STEPS, syncs.cuda and syncs.cuda / EVAL_STEPS)
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".bench-checkpoint-") as tmp:
         path = Path(tmp) / "last.ckpt"
         save_s = seconds_per_call(lambda: fitted.save_checkpoint(path), CHECKPOINT_SAVES, s.device, warmup=1)
         mib = path.stat().st_size / 2**20
-    counts = {"train": (train, s.steps), "eval": (evaluate, EVAL_STEPS)}
     return {
-        "host_syncs_per_step": {key: n[0] / steps for key, (n, steps) in counts.items()},
-        "cuda_syncs_per_step": None if syncs.cuda is None else {k: n[1] / steps for k, (n, steps) in counts.items()},
+        "host_syncs_per_step": {step: host for step, (host, _) in counted.items()},
+        "cuda_syncs_per_step": None if syncs.cuda is None else {step: cuda for step, (_, cuda) in counted.items()},
         "checkpoint_s": save_s,
         "checkpoint_mib": mib,
     }
@@ -280,7 +280,7 @@ def time_probes(
 ) -> tuple[dict[str, float], float]:
     """(median seconds of each probe of ``cfg.analysis.probes``, and of a plain forward pass) over ``images_u8``
     ``(N, 3, S, S)`` on the model's device: the probes as the callback runs them (its context and settings), the
-    forward pass in batches of ``analysis.batch_size``, alternating each round, after one untimed call of each on a
+    forward pass in batches of ``analysis.batch_size``, in alternating rounds, after one untimed call of each on a
     few images (first-call costs) unless not ``warmup``. With ``track``, also ``TRACK``: every probe's tracking."""
     from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.probes import run_probes, track_probes
@@ -295,17 +295,16 @@ def time_probes(
             model(normalize(images[start : start + ctx.batch_size], stats.mean, stats.std))  # (B, num_classes)
 
     timed = {
-        name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n])
-        for name in cfg.analysis.probes
+        name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n]) for name in callback.probes
     }
     if track:
-        timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, cfg.analysis.probes)
+        timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, callback.probes)
     timed["forward"] = forward
     for fn in timed.values() if warmup else ():
         fn(images_u8[:8])
     times: dict[str, list[float]] = {name: [] for name in timed}
-    for r in range(rounds):
-        for name, fn in list(timed.items())[:: 1 if r % 2 == 0 else -1]:
+    for r in range(rounds):  # alternating: no probe always goes first
+        for name, fn in list(timed.items())[:: -1 if r % 2 else 1]:
             times[name].append(seconds_per_call(fn, 1, device))
     medians = {name: statistics.median(t) for name, t in times.items()}
     return medians, medians.pop("forward")
@@ -317,12 +316,15 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
     cfg = bench_config(s)
     torch.manual_seed(0)
     datamodule = bench_data(cfg, s)
-    rounds: dict[str, list[float]] = {"project_step_s": [], "bare_step_s": [], "data_batch_s": []}
-    for r in range(s.rounds):
-        loops = [("project_step_s", time_project), ("bare_step_s", time_bare)]
-        for key, time_loop in loops if r % 2 == 0 else loops[::-1]:
-            rounds[key].append(time_loop(cfg, datamodule, s))
-        rounds["data_batch_s"].append(time_data(datamodule, s))
+    timers = {
+        "project_step_s": lambda: time_project(cfg, datamodule, s),
+        "bare_step_s": lambda: time_bare(cfg, datamodule, s),
+        "data_batch_s": lambda: time_data(datamodule, s),
+    }
+    rounds: dict[str, list[float]] = {name: [] for name in timers}
+    for r in range(s.rounds):  # alternating: neither loop always goes first
+        for name, timer in list(timers.items())[:: -1 if r % 2 else 1]:
+            rounds[name].append(timer())
         project, bare, data = (times[-1] for times in rounds.values())
         log(
             f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project:.1f} img/s, "
