@@ -187,36 +187,22 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     # checkpoints they save at the profile's interval.
     full_epochs, train_s = scaled_epochs(base)[0], left() - RESERVE_S
     every_n, interval_s = int(base.checkpoint.every_n_epochs), float(base.checkpoint.min_interval_s)
+    checkpoint = (loop["checkpoint_s"], every_n, interval_s)
     for name, m in measured.items():
-        start_s = RUN_START_S + (COMPILE_REUSE * m["startup_s"] if SETTINGS[name] else 0.0)
-        checkpoint = (loop["checkpoint_s"], every_n, interval_s)
-        m["epochs_in_budget"] = plan_epochs(
-            train_s - start_s, m["images_per_s"], num_train, num_val, full_epochs, checkpoint
-        )
+        left_s = train_s - RUN_START_S - (COMPILE_REUSE * m["startup_s"] if SETTINGS[name] else 0.0)
+        m["epochs_in_budget"] = plan_epochs(left_s, m["images_per_s"], num_train, num_val, full_epochs, checkpoint)
     setting = choose(measured)
     epochs = measured[setting]["epochs_in_budget"]
     epoch_s = epoch_seconds(measured[setting]["images_per_s"], num_train, num_val)
     saves = saves_in(epochs, epoch_s, every_n, interval_s)
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, {saves} checkpoints, within {train_s:.0f} s")
-    result["checkpoint"] = {
-        "save_s": round(loop["checkpoint_s"], 3),
-        "mib": round(loop["checkpoint_mib"], 1),
-        "every_n_epochs": every_n,
-        "min_interval_s": interval_s,
-        "saves_planned": saves,
-        "share_of_training_planned": round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4),
-    }
-    result["train"] = {
-        "rung": RUNG,
-        "setting": setting,
-        "epochs_planned": epochs,
-        "epochs_of_recipe": full_epochs,
-        "max_time": max_time(train_s),
-        "steps_planned": epochs * (num_train // batch),
-        "source": options.data,
-        "train_images": num_train,
-        "val_images": num_val,
-    }
+    share = round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4)
+    result["checkpoint"] = {"save_s": round(loop["checkpoint_s"], 3), "mib": round(loop["checkpoint_mib"], 1)}
+    result["checkpoint"] |= {"every_n_epochs": every_n, "min_interval_s": interval_s, "saves_planned": saves}
+    result["checkpoint"]["share_of_training_planned"] = share
+    train = {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs}
+    train |= {"max_time": max_time(train_s), "steps_planned": epochs * (num_train // batch), "source": options.data}
+    result["train"] = train | {"train_images": num_train, "val_images": num_val}
 
     cfg = compose(
         options,
@@ -233,15 +219,11 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
             phase_name = "analysis" if "test_acc" in result["train"] else "training"
             result["failed"] = {"phase": phase_name, "error": f"{type(error).__name__}: {first_line(error)}"}
             raise
-        result["train"].update(
-            epochs_trained=summary["epochs"],  # a fraction when max_time stopped the last epoch part way
-            steps_trained=summary["steps"],
-            steps_planned=epochs * summary["steps_per_epoch"],
-            warmup_epochs=scaled_epochs(cfg)[1],  # shortened with the schedule
-            warmup_epochs_of_recipe=scaled_epochs(base)[1],
-            data=summary["data"],
-            test_images=summary["test_images"],
-        )
+        trained = {"epochs_trained": summary["epochs"], "steps_trained": summary["steps"], "data": summary["data"]}
+        # epochs_trained: a fraction where max_time stopped the last epoch part way; the warmup shortened with the rest
+        trained |= {"steps_planned": epochs * summary["steps_per_epoch"], "test_images": summary["test_images"]}
+        trained |= {"warmup_epochs": scaled_epochs(cfg)[1], "warmup_epochs_of_recipe": scaled_epochs(base)[1]}
+        result["train"] |= trained
         shown = ("distance_px", "distance_drop_px", "entropy_nats")
         rows = read_csv(paths.layers_csv)
         layers = [{"layer": int(row["layer"]), **{k: float(row[k]) for k in shown}} for row in rows]
