@@ -113,8 +113,8 @@ def benchmark(options: CheckOptions, left: Callable[[], float], device: str, log
     width = ("tiny" if options.smoke else "full", int(cfg.model.embed_dim))
     s = BenchSettings(*width, device, int(cfg.data.batch_size), warmup, steps, rounds=1, rung=RUNG)
     datamodule = bench_data(cfg, s)
-    for name, compiled in ((name, SETTINGS[name]) for name in options.settings):
-        started = time.perf_counter()
+    for name in options.settings:
+        started, compiled = time.perf_counter(), SETTINGS[name]
         if not (reason := why_not(name, device, left(), options.budget_s)):
             try:
                 setting_cfg = compose(options, f"speed.compile={str(compiled).lower()}")
