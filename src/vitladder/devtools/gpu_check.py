@@ -170,6 +170,10 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         since = time.perf_counter()
         try:
             yield
+        except Exception as error:
+            failed = result.setdefault("failed", {"phase": name})  # training's says whether it got to the analysis
+            failed["error"] = f"{type(error).__name__}: {first_line(error)}"
+            raise
         finally:
             result["phases_s"][name] = round(time.perf_counter() - since, 1)
             result["wall_s"] = round(time.perf_counter() - started, 1)
@@ -214,10 +218,9 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     with phase("train_test_analyse"):
         try:
             summary = train_rung(cfg)
-        except Exception as error:
+        except Exception:
             result["train"].update(trained_so_far(paths))
-            phase_name = "analysis" if "test_acc" in result["train"] else "training"
-            result["failed"] = {"phase": phase_name, "error": f"{type(error).__name__}: {first_line(error)}"}
+            result["failed"] = {"phase": "analysis" if "test_acc" in result["train"] else "training"}
             raise
         trained = {"epochs_trained": summary["epochs"], "steps_trained": summary["steps"], "data": summary["data"]}
         # epochs_trained: a fraction where max_time stopped the last epoch part way; the warmup shortened with the rest
