@@ -124,12 +124,10 @@ REHEARSED = {
         "test_on_cuda_host_tensors_are_left_out_and_the_sync_debug_mode_is_counted"
     ],
     ("devtools/benchmark.py", "per_step"): [
-        "test_lightnings_steps_are_stamped_at_their_starts_the_device_synchronised_at_the_first_and_last"
+        "test_lightnings_steps_are_stamped_at_their_starts_the_device_synchronised_at_the_first_and_last",
+        "test_the_cuda_figure_is_the_span_over_the_calls_synchronised_at_both_ends_only",
     ],
     ("devtools/benchmark.py", "synced"): ["test_the_clock_waits_for_the_gpus_queued_work_once_cuda_is_in_use"],
-    ("devtools/benchmark.py", "seconds_per_call"): [
-        "test_the_cuda_figure_is_the_span_over_the_calls_synchronised_at_both_ends_only"
-    ],
 }
 # The developer tools' own CUDA lines, which only a GPU runs (make bench --device cuda, make gpu-check): what each
 # decides. Each is a measurement setting, a name or a device, not a run's choice: those come from cuda_choices.py.

@@ -275,6 +275,22 @@ def test_a_crash_keeps_what_was_measured_before_it(measured_benchmark, monkeypat
     assert kept["train"].get("test_acc") == (None if phase == "training" else 0.45)
 
 
+def test_a_failed_benchmark_says_so_in_the_json(monkeypatch, tmp_path):
+    def no_setting(options, left, device, log):
+        raise gpu_check.UserError("no setting could be benchmarked (eager: failed)")
+
+    monkeypatch.setattr(gpu_check, "benchmark", no_setting)
+    options = CheckOptions(out=tmp_path / "out", budget_s=60, smoke=True)
+    with pytest.raises(gpu_check.UserError):
+        gpu_check.run_check(options, log=lambda _: None)
+    kept = json.loads((options.out / "gpu_check.json").read_text())
+    assert kept["failed"] == {
+        "phase": "benchmark",
+        "error": "UserError: no setting could be benchmarked (eager: failed)",
+    }
+    assert set(kept["phases_s"]) == {"benchmark"} and kept["device_type"] == "cpu"
+
+
 def test_the_versions_and_their_warnings_come_before_an_old_library_can_crash_the_check(repo_root, tmp_path):
     # A timm older than the floor whose import fails, as timm 0.9 fails on `timm.layers.attention`.
     old = tmp_path / "old"

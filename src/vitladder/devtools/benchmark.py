@@ -14,7 +14,6 @@ from __future__ import annotations
 import platform
 import statistics
 import tempfile
-import timeit
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -91,14 +90,6 @@ def bench_config(s: BenchSettings) -> DictConfig:
     return compose_rung(s.rung, overrides.split())
 
 
-def per_step(starts: list[float], device: str | torch.device) -> float:
-    """Seconds per step from the start times of consecutive steps: on a GPU their span over the steps (its launches
-    run ahead of the device), on the CPU the median step (robust to other jobs' bursts on a shared machine)."""
-    if torch.device(device).type == "cuda":
-        return (starts[-1] - starts[0]) / (len(starts) - 1)
-    return statistics.median(b - a for a, b in zip(starts, starts[1:]))
-
-
 def synced() -> float:
     """The time once the GPU's queued work is done (CUDA runs ahead of the host). torch.utils.benchmark's clock does
     the same, but importing that package imports torch.utils.cpp_extension and setuptools, which logs a line."""
@@ -107,27 +98,37 @@ def synced() -> float:
     return perf_counter()
 
 
-def seconds_per_call(fn: Callable[[], object], calls: int, device: str | torch.device, warmup: int = 0) -> float:
-    """Seconds per call of ``fn`` after ``warmup`` untimed calls, as ``per_step`` counts them; timed by ``timeit``
-    (garbage collection off) on the ``synced`` clock."""
-    for _ in range(warmup):
-        fn()
-    timer = timeit.Timer(fn, timer=synced)
+def per_step(starts: list[float], device: str | torch.device) -> float:
+    """Seconds per step from the start times of consecutive steps: on a GPU their span over the steps (its launches
+    run ahead of the device), on the CPU the median step (robust to other jobs' bursts on a shared machine)."""
     if torch.device(device).type == "cuda":
-        return timer.timeit(calls) / calls
-    return statistics.median(timer.repeat(calls, number=1))
+        return (starts[-1] - starts[0]) / (len(starts) - 1)
+    return statistics.median(b - a for a, b in zip(starts, starts[1:]))
 
 
 class _StepStarts(L.Callback):
-    """The start of training batches ``first`` to ``last``, the device synchronised at those two only (Lightning's
-    ThroughputMonitor synchronises it after every batch, a wait the run does not have)."""
+    """The start times of steps ``first`` to ``last``, the device synchronised at those two only (Lightning's
+    ThroughputMonitor synchronises it after every batch, a wait the run does not have): every figure's clock."""
 
     def __init__(self, first: int, last: int) -> None:
         self.first, self.last, self.starts = first, last, []
 
+    def stamp(self, step: int) -> None:
+        if self.first <= step <= self.last:
+            self.starts.append(synced() if step in (self.first, self.last) else perf_counter())
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        if self.first <= batch_idx <= self.last:
-            self.starts.append(synced() if batch_idx in (self.first, self.last) else perf_counter())
+        self.stamp(batch_idx)
+
+
+def seconds_per_call(fn: Callable[[], object], calls: int, device: str | torch.device, warmup: int = 0) -> float:
+    """Seconds per call of ``fn`` after ``warmup`` untimed calls, stamped and counted as Lightning's steps are."""
+    clock = _StepStarts(warmup, warmup + calls)
+    for call in range(warmup + calls):
+        clock.stamp(call)
+        fn()
+    clock.stamp(warmup + calls)
+    return per_step(clock.starts, device)
 
 
 def _trainer(cfg: DictConfig, s: BenchSettings, *callbacks: L.Callback, **limits) -> L.Trainer:
@@ -280,7 +281,7 @@ def time_probes(
 ) -> tuple[dict[str, float], float]:
     """(median seconds of each probe of ``cfg.analysis.probes``, and of a plain forward pass) over ``images_u8``
     ``(N, 3, S, S)`` on the model's device: the probes as the callback runs them (its context and settings), the
-    forward pass in batches of ``analysis.batch_size``, alternating each round, after one untimed call of each on a
+    forward pass in batches of ``analysis.batch_size``, in alternating rounds, after one untimed call of each on a
     few images (first-call costs) unless not ``warmup``. With ``track``, also ``TRACK``: every probe's tracking."""
     from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.probes import run_probes, track_probes
@@ -295,17 +296,16 @@ def time_probes(
             model(normalize(images[start : start + ctx.batch_size], stats.mean, stats.std))  # (B, num_classes)
 
     timed = {
-        name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n])
-        for name in cfg.analysis.probes
+        name: lambda i=images_u8, n=name: run_probes(model, i, labels[: len(i)], ctx, [n]) for name in callback.probes
     }
     if track:
-        timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, cfg.analysis.probes)
+        timed[TRACK] = lambda i=images_u8: track_probes(model, i, ctx, callback.probes)
     timed["forward"] = forward
     for fn in timed.values() if warmup else ():
         fn(images_u8[:8])
     times: dict[str, list[float]] = {name: [] for name in timed}
-    for r in range(rounds):
-        for name, fn in list(timed.items())[:: 1 if r % 2 == 0 else -1]:
+    for r in range(rounds):  # alternating: no probe always goes first
+        for name, fn in list(timed.items())[:: -1 if r % 2 else 1]:
             times[name].append(seconds_per_call(fn, 1, device))
     medians = {name: statistics.median(t) for name, t in times.items()}
     return medians, medians.pop("forward")
@@ -317,12 +317,15 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
     cfg = bench_config(s)
     torch.manual_seed(0)
     datamodule = bench_data(cfg, s)
-    rounds: dict[str, list[float]] = {"project_step_s": [], "bare_step_s": [], "data_batch_s": []}
-    for r in range(s.rounds):
-        loops = [("project_step_s", time_project), ("bare_step_s", time_bare)]
-        for key, time_loop in loops if r % 2 == 0 else loops[::-1]:
-            rounds[key].append(time_loop(cfg, datamodule, s))
-        rounds["data_batch_s"].append(time_data(datamodule, s))
+    timers = {
+        "project_step_s": lambda: time_project(cfg, datamodule, s),
+        "bare_step_s": lambda: time_bare(cfg, datamodule, s),
+        "data_batch_s": lambda: time_data(datamodule, s),
+    }
+    rounds: dict[str, list[float]] = {name: [] for name in timers}
+    for r in range(s.rounds):  # alternating: neither loop always goes first
+        for name, timer in list(timers.items())[:: -1 if r % 2 else 1]:
+            rounds[name].append(timer())
         project, bare, data = (times[-1] for times in rounds.values())
         log(
             f"  [{s.width}] round {r + 1}/{s.rounds}: project {s.batch_size / project:.1f} img/s, "
@@ -346,56 +349,34 @@ def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = pri
     project, bare, data = (statistics.median(t) for t in rounds.values())
     paired = statistics.median(b / p for p, b in zip(rounds["project_step_s"], rounds["bare_step_s"]))
     epoch_s, analysis_s = CIFAR10_TRAIN_IMAGES * project / s.batch_size, probe_s["attention"]
-    return {
-        "settings": asdict(s),
-        "precision": cfg.trainer.precision,
-        "parameters": num_parameters(model),
-        "project_images_per_s": s.batch_size / project,
-        "bare_images_per_s": s.batch_size / bare,
-        "project_over_bare": paired,
-        "project_over_bare_of_medians": bare / project,
-        "project_step_s": project,
-        "bare_step_s": bare,
-        "data_batch_s": data,
-        "data_share": data / project,
-        "epoch_s": epoch_s,
-        "analysis_images": len(images),
-        "analysis_s": analysis_s,  # the attention probe: attention captured and reduced to per-head metrics
-        "forward_s": forward_s,
-        "analysis_over_forward": analysis_s / forward_s,
-        "probe_s_per_1000_images": per_1000,
-        "probes_over_epoch": sum(per_1000.values()) / epoch_s,
-        **costs,
-        # Saves at epoch ends once checkpoint.min_interval_s has passed: one per interval, or per epoch if longer.
-        "checkpoint_share": costs["checkpoint_s"] / max(epoch_s, float(cfg.checkpoint.min_interval_s)),
-        "rounds": rounds,
-        "meets_targets": {
-            "project_over_bare": paired >= TARGETS["project_over_bare_min"],
-            "data_share": data / project <= TARGETS["data_share_max"],
-            # The project's model only: at the tiny width a forward pass is ~40x cheaper, but the attention maps the
-            # analysis reduces are just as large (6 heads x 65 x 65 per layer).
-            "analysis_over_forward": (
-                analysis_s / forward_s <= TARGETS["analysis_over_forward_max"] if s.width == "full" else None
-            ),
-            "host_syncs": max(syncs.values()) <= TARGETS["host_syncs_per_step_max"],
-            "probes_over_epoch": sum(per_1000.values()) <= TARGETS["probes_over_epoch_max"] * epoch_s,
-        },
-    }
+    figures = {"settings": asdict(s), "precision": cfg.trainer.precision, "parameters": num_parameters(model)}
+    figures |= {"project_images_per_s": s.batch_size / project, "bare_images_per_s": s.batch_size / bare}
+    figures |= {"project_over_bare": paired, "project_over_bare_of_medians": bare / project}
+    figures |= {"project_step_s": project, "bare_step_s": bare, "data_batch_s": data, "data_share": data / project}
+    # analysis_s: the attention probe, attention captured and reduced to per-head metrics
+    figures |= {"epoch_s": epoch_s, "analysis_images": len(images), "analysis_s": analysis_s, "forward_s": forward_s}
+    figures |= {"analysis_over_forward": analysis_s / forward_s, "probe_s_per_1000_images": per_1000}
+    figures |= {"probes_over_epoch": sum(per_1000.values()) / epoch_s, **costs, "rounds": rounds}
+    # Saves at epoch ends once checkpoint.min_interval_s has passed: one per interval, or per epoch if longer.
+    figures["checkpoint_share"] = costs["checkpoint_s"] / max(epoch_s, float(cfg.checkpoint.min_interval_s))
+    at_most = ("data_share", "analysis_over_forward", "probes_over_epoch")
+    met = {"project_over_bare": paired >= TARGETS["project_over_bare_min"]}
+    met |= {figure: figures[figure] <= TARGETS[f"{figure}_max"] for figure in at_most}
+    met["host_syncs"] = max(syncs.values()) <= TARGETS["host_syncs_per_step_max"]
+    # The analysis's target is the project's model's: at the tiny width a forward pass is ~40x cheaper, but the
+    # attention maps the analysis reduces are just as large (6 heads x 65 x 65 per layer).
+    met["analysis_over_forward"] = met["analysis_over_forward"] if s.width == "full" else None
+    return figures | {"meets_targets": met}
 
 
 def machine(device: str) -> dict:
     """The device's name and the versions the figures were measured with."""
     import timm
 
-    return {
-        "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "lightning": L.__version__,
-        "timm": timm.__version__,
-        "cpu_threads": torch.get_num_threads(),
-    }
+    name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+    versions |= {"lightning": L.__version__, "timm": timm.__version__}
+    return {"device_name": name, **versions, "cpu_threads": torch.get_num_threads()}
 
 
 def run_benchmark(

@@ -156,10 +156,7 @@ def analysis_seconds(cfg: DictConfig, data: DataShape, vit: ViTConfig, device: s
 
 def existing_folder(path: Path) -> Path:
     """``path`` or its nearest existing parent: the file system a run folder will be on, before it exists."""
-    path = path.absolute()
-    while not path.is_dir():
-        path = path.parent
-    return path
+    return next(folder for folder in [path.absolute(), *path.absolute().parents] if folder.is_dir())
 
 
 def data_shape(cfg: DictConfig) -> DataShape:
@@ -171,8 +168,6 @@ def data_shape(cfg: DictConfig) -> DataShape:
 
 
 def estimate_ladder(cfgs: Sequence[DictConfig]) -> list[float]:
-    shapes: dict[str, DataShape] = {}
-    for cfg in cfgs:
-        if str(cfg.data) not in shapes:
-            shapes[str(cfg.data)] = data_shape(cfg)
+    """Each run's seconds, the data of runs that share it loaded once."""
+    shapes = {data: data_shape(cfg) for data, cfg in {str(cfg.data): cfg for cfg in cfgs}.items()}
     return [estimate_run_seconds(cfg, shapes[str(cfg.data)]) for cfg in cfgs]

@@ -51,25 +51,6 @@ class CheckOptions:
     overrides: tuple[str, ...] = ()  # more Hydra overrides for every config of the check
 
 
-class Clock:
-    def __init__(self, budget_s: float) -> None:
-        self.budget_s, self.started, self.phases = budget_s, time.perf_counter(), {}
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def left(self) -> float:
-        return self.budget_s - self.elapsed()
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        since = self.elapsed()
-        try:
-            yield
-        finally:
-            self.phases[name] = round(self.elapsed() - since, 1)
-
-
 def compose(options: CheckOptions, *extra: str) -> DictConfig:
     """The top rung's config for the check: the full profile (or smoke), one device, no W&B; checkpoints as the
     profile saves them."""
@@ -113,18 +94,18 @@ def choose(measured: dict[str, dict]) -> str:
     return max(measured, key=lambda name: (measured[name]["epochs_in_budget"], measured[name]["images_per_s"]))
 
 
-def why_not(name: str, device: str, clock: Clock) -> str | None:
+def why_not(name: str, device: str, left_s: float, budget_s: float) -> str | None:
     """Why setting ``name`` is not benchmarked here, or None. Inductor builds CPU kernels with a C++ compiler."""
     if SETTINGS[name] and device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         return "no C++ compiler for inductor's CPU kernels"
-    if SETTINGS[name] and clock.left() < 0.4 * clock.budget_s:
-        return f"{clock.left():.0f} s left of the budget: no time to compile"
+    if SETTINGS[name] and left_s < 0.4 * budget_s:
+        return f"{left_s:.0f} s left of the budget: no time to compile"
     return None
 
 
-def benchmark(options: CheckOptions, clock: Clock, device: str, log: Callable[[str], None]):
+def benchmark(options: CheckOptions, left: Callable[[], float], device: str, log: Callable[[str], None]):
     """(each benchmarked setting's figures, the settings skipped with why, the loop's host syncs and checkpoint cost,
-    the training and validation images)."""
+    the training and validation images); ``left()``: the seconds left of the budget."""
     measured: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     cfg = compose(options)
@@ -133,19 +114,18 @@ def benchmark(options: CheckOptions, clock: Clock, device: str, log: Callable[[s
     s = BenchSettings(*width, device, int(cfg.data.batch_size), warmup, steps, rounds=1, rung=RUNG)
     datamodule = bench_data(cfg, s)
     for name in options.settings:
-        if reason := why_not(name, device, clock):
+        started, compiled = time.perf_counter(), SETTINGS[name]
+        if not (reason := why_not(name, device, left(), options.budget_s)):
+            try:
+                setting_cfg = compose(options, f"speed.compile={str(compiled).lower()}")
+                step_s = time_project(setting_cfg, datamodule, replace(s, compile=compiled))
+            except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
+                if not measured and name == options.settings[-1]:
+                    raise
+                reason = f"failed: {type(error).__name__}: {first_line(error)}"
+        if reason:
             skipped[name] = reason
             log(f"benchmark {name}: skipped ({reason})")
-            continue
-        started = time.perf_counter()
-        try:
-            setting_cfg = compose(options, f"speed.compile={str(SETTINGS[name]).lower()}")
-            step_s = time_project(setting_cfg, datamodule, replace(s, compile=SETTINGS[name]))
-        except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
-            if not measured and name == options.settings[-1]:
-                raise
-            skipped[name] = f"failed: {type(error).__name__}: {first_line(error)}"
-            log(f"benchmark {name}: {skipped[name]}")
             continue
         startup = max(0.0, time.perf_counter() - started - (warmup + steps + 1) * step_s)  # trainer, data, compile
         measured[name] = {"images_per_s": round(s.batch_size / step_s, 1), "step_ms": round(1e3 * step_s, 3)}
@@ -167,8 +147,9 @@ def benchmark(options: CheckOptions, clock: Clock, device: str, log: Callable[[s
 
 
 def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
-    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds."""
-    clock = Clock(options.budget_s)
+    """Benchmark, train within the budget, analyse, report; returns what gpu_check.json holds, which each phase
+    rewrites when it ends, failed or not."""
+    started = time.perf_counter()
     base = compose(options)
     device = "cuda" if on_cuda(base.trainer.accelerator) else "cpu"
     if device == "cpu" and not options.smoke:
@@ -179,52 +160,53 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     result = {"device": info.pop("device_name"), "device_type": device, **info, "smoke": options.smoke}
     result |= {"budget_s": options.budget_s, "precision": precision, **choices, "batch_size": batch}
     result |= {"width": int(base.model.embed_dim), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
+    result["phases_s"] = {}
 
-    def save() -> None:
-        result.update(phases_s=dict(clock.phases), wall_s=round(clock.elapsed(), 1))
-        write_json(options.out / "gpu_check.json", result)
+    def left() -> float:
+        return options.budget_s - (time.perf_counter() - started)
 
-    with clock.phase("benchmark"):
-        measured, skipped, loop, (num_train, num_val) = benchmark(options, clock, device, log)
-    fastest = max(measured, key=lambda name: measured[name]["images_per_s"])
-    best = {"setting": fastest, "images_per_s": measured[fastest]["images_per_s"], "compile": SETTINGS[fastest]}
-    result |= {"benchmark": measured, "skipped": skipped, "best": {**best, "precision": precision, **choices}}
-    result["targets"] = {**TARGETS, "met": measured[fastest]["images_per_s"] >= TARGETS["images_per_s_min"]}
-    result |= {key: loop[key] for key in ("host_syncs_per_step", "cuda_syncs_per_step")}
-    save()
+    @contextmanager
+    def phase(name: str) -> Iterator[None]:
+        since = time.perf_counter()
+        try:
+            yield
+        except Exception as error:
+            failed = result.setdefault("failed", {"phase": name})  # training's says whether it got to the analysis
+            failed["error"] = f"{type(error).__name__}: {first_line(error)}"
+            raise
+        finally:
+            result["phases_s"][name] = round(time.perf_counter() - since, 1)
+            result["wall_s"] = round(time.perf_counter() - started, 1)
+            write_json(options.out / "gpu_check.json", result)
+
+    with phase("benchmark"):
+        measured, skipped, loop, (num_train, num_val) = benchmark(options, left, device, log)
+        fastest = max(measured, key=lambda name: measured[name]["images_per_s"])
+        best = {"setting": fastest, "images_per_s": measured[fastest]["images_per_s"], "compile": SETTINGS[fastest]}
+        result |= {"benchmark": measured, "skipped": skipped, "best": {**best, "precision": precision, **choices}}
+        result["targets"] = {**TARGETS, "met": measured[fastest]["images_per_s"] >= TARGETS["images_per_s_min"]}
+        result |= {key: loop[key] for key in ("host_syncs_per_step", "cuda_syncs_per_step")}
 
     # Epochs per setting from what is left, less the run's start-up (and its compile), the reserve after it, and the
     # checkpoints they save at the profile's interval.
-    full_epochs, train_s = scaled_epochs(base)[0], clock.left() - RESERVE_S
+    full_epochs, train_s = scaled_epochs(base)[0], left() - RESERVE_S
     every_n, interval_s = int(base.checkpoint.every_n_epochs), float(base.checkpoint.min_interval_s)
+    checkpoint = (loop["checkpoint_s"], every_n, interval_s)
     for name, m in measured.items():
-        left = train_s - RUN_START_S - (COMPILE_REUSE * m["startup_s"] if SETTINGS[name] else 0.0)
-        checkpoint = (loop["checkpoint_s"], every_n, interval_s)
-        m["epochs_in_budget"] = plan_epochs(left, m["images_per_s"], num_train, num_val, full_epochs, checkpoint)
+        left_s = train_s - RUN_START_S - (COMPILE_REUSE * m["startup_s"] if SETTINGS[name] else 0.0)
+        m["epochs_in_budget"] = plan_epochs(left_s, m["images_per_s"], num_train, num_val, full_epochs, checkpoint)
     setting = choose(measured)
     epochs = measured[setting]["epochs_in_budget"]
     epoch_s = epoch_seconds(measured[setting]["images_per_s"], num_train, num_val)
     saves = saves_in(epochs, epoch_s, every_n, interval_s)
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, {saves} checkpoints, within {train_s:.0f} s")
-    result["checkpoint"] = {
-        "save_s": round(loop["checkpoint_s"], 3),
-        "mib": round(loop["checkpoint_mib"], 1),
-        "every_n_epochs": every_n,
-        "min_interval_s": interval_s,
-        "saves_planned": saves,
-        "share_of_training_planned": round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4),
-    }
-    result["train"] = {
-        "rung": RUNG,
-        "setting": setting,
-        "epochs_planned": epochs,
-        "epochs_of_recipe": full_epochs,
-        "max_time": max_time(train_s),
-        "steps_planned": epochs * (num_train // batch),
-        "source": options.data,
-        "train_images": num_train,
-        "val_images": num_val,
-    }
+    share = round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4)
+    result["checkpoint"] = {"save_s": round(loop["checkpoint_s"], 3), "mib": round(loop["checkpoint_mib"], 1)}
+    result["checkpoint"] |= {"every_n_epochs": every_n, "min_interval_s": interval_s, "saves_planned": saves}
+    result["checkpoint"]["share_of_training_planned"] = share
+    train = {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs}
+    train |= {"max_time": max_time(train_s), "steps_planned": epochs * (num_train // batch), "source": options.data}
+    result["train"] = train | {"train_images": num_train, "val_images": num_val}
 
     cfg = compose(
         options,
@@ -233,38 +215,31 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         f"trainer.max_time={max_time(train_s)}",
     )
     paths = RunPaths(Path(cfg.run_dir))
-    try:
-        with clock.phase("train_test_analyse"):
+    with phase("train_test_analyse"):
+        try:
             summary = train_rung(cfg)
-    except Exception as error:
-        result["train"].update(trained_so_far(paths))
-        phase = "analysis" if "test_acc" in result["train"] else "training"
-        result["failed"] = {"phase": phase, "error": f"{type(error).__name__}: {first_line(error)}"}
-        save()
-        raise
-    result["train"].update(
-        epochs_trained=summary["epochs"],  # a fraction when max_time stopped the last epoch part way
-        steps_trained=summary["steps"],
-        steps_planned=epochs * summary["steps_per_epoch"],
-        warmup_epochs=scaled_epochs(cfg)[1],  # shortened with the schedule
-        warmup_epochs_of_recipe=scaled_epochs(base)[1],
-        data=summary["data"],
-        test_images=summary["test_images"],
-    )
-    shown = ("distance_px", "distance_drop_px", "entropy_nats")
-    layers = [{"layer": int(row["layer"]), **{k: float(row[k]) for k in shown}} for row in read_csv(paths.layers_csv)]
-    scalars = ("layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats", "layer1_distance_drop_px")
-    result |= {"test_acc": summary["test_acc"], "val_acc": summary["val_acc"]}
-    result["analysis"] = {"images": summary.get("analysis_images"), "analysed": analysed(summary), "layers": layers}
-    result["analysis"] |= {key: summary.get(key) for key in (*scalars, "uniform_distance_drop_px")}
-    reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
-    result["reference"] = {key: reference[key] for key in ("test_acc", "epochs", "layer1_distance_px")}
-    result["differs"] = differences(summary, reference["epochs"])  # from the article's setting, in words
-    save()
+        except Exception:
+            result["train"].update(trained_so_far(paths))
+            result["failed"] = {"phase": "analysis" if "test_acc" in result["train"] else "training"}
+            raise
+        trained = {"epochs_trained": summary["epochs"], "steps_trained": summary["steps"], "data": summary["data"]}
+        # epochs_trained: a fraction where max_time stopped the last epoch part way; the warmup shortened with the rest
+        trained |= {"steps_planned": epochs * summary["steps_per_epoch"], "test_images": summary["test_images"]}
+        trained |= {"warmup_epochs": scaled_epochs(cfg)[1], "warmup_epochs_of_recipe": scaled_epochs(base)[1]}
+        result["train"] |= trained
+        shown = ("distance_px", "distance_drop_px", "entropy_nats")
+        rows = read_csv(paths.layers_csv)
+        layers = [{"layer": int(row["layer"]), **{k: float(row[k]) for k in shown}} for row in rows]
+        scalars = ("layer1_distance_px", "uniform_distance_px", "layer1_entropy_nats", "layer1_distance_drop_px")
+        result |= {"test_acc": summary["test_acc"], "val_acc": summary["val_acc"]}
+        result["analysis"] = {"images": summary.get("analysis_images"), "analysed": analysed(summary), "layers": layers}
+        result["analysis"] |= {key: summary.get(key) for key in (*scalars, "uniform_distance_drop_px")}
+        reference = get_rung(RUNG).reference  # the article's figures for the checked rung (conf/step/)
+        result["reference"] = {key: reference[key] for key in ("test_acc", "epochs", "layer1_distance_px")}
+        result["differs"] = differences(summary, reference["epochs"])  # from the article's setting, in words
 
-    with clock.phase("report"):
+    with phase("report"):
         report = build_report(options.out)  # report.md, ladder.csv, distance_by_layer.png, entropy_by_layer.png
-    save()
     write_text(options.out / "gpu_check.md", markdown(result, report.name))
     return result
 
@@ -298,32 +273,25 @@ def markdown(r: dict, report_name: str) -> str:
             f"the recipe's {t['epochs_of_recipe']}-epoch schedule shortened to fit, warmup included: "
             f"{t['warmup_epochs']:g} warmup epochs, not {t['warmup_epochs_of_recipe']:g}"
         )
-    lines = [
+    blocks = [
         f"# GPU check{' (CPU rehearsal, smoke width)' if r['smoke'] else ''}: {r['device']}",
-        "",
         f"torch {r['torch']} (CUDA {r['cuda']}), lightning {r['lightning']}, timm {r['timm']}, Python {r['python']}; "
         f"budget {r['budget_s']:.0f} s, wall {r['wall_s']:.0f} s; `{r['command']}`",
-        "",
         f"Training step of the `{t['rung']}` model (width {r['width']}, batch {r['batch_size']}, {r['precision']}, "
         f"fused AdamW {'on' if r['fused_adamw'] else 'off'}, TF32 {'on' if r['tf32'] else 'off'}):",
-        "",
-        "| setting | images/s | ms/step | start-up s | epochs in budget |",
-        "|---|---|---|---|---|",
-        *(
+        "| setting | images/s | ms/step | start-up s | epochs in budget |\n|---|---|---|---|---|\n"
+        + "\n".join(
             f"| {name} | {m['images_per_s']:,.0f} | {m['step_ms']:.1f} | {m['startup_s']:.0f} | "
             f"{m['epochs_in_budget']} |"
             for name, m in r["benchmark"].items()
         ),
-        "",
         f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
         f"{'met' if r['targets']['met'] else 'not met'}).",
-        "",
         f"Host syncs per step: training {syncs['train']:g}, evaluation {syncs['eval']:g}{cuda} (0 is the aim). "
         f"`last.ckpt` ({c['mib']:.0f} MiB) written and fsynced in {c['save_s']:.2f} s; at the profile's interval "
         f"(an epoch end once {c['min_interval_s']:g} s have passed, and the last) {c['saves_planned']} saves, "
         f"{c['share_of_training_planned']:.1%} of the training planned.",
-        "",
         f"`{t['rung']}` trained {epochs_text({'epochs': t['epochs_trained']})} of the {t['epochs_planned']} epochs "
         f"that fit the budget ({t['steps_trained']:,} of {t['steps_planned']:,} optimizer steps, {t['setting']}; "
         f"{schedule}) on {t['train_images']:,} training images of {t['data']} (`{t['source']}`): "
@@ -331,23 +299,17 @@ def markdown(r: dict, report_name: str) -> str:
         f"**{a['layer1_distance_px']:.1f} px** (uniform {a['uniform_distance_px']:.1f} px; CLS dropped: "
         f"{a['layer1_distance_drop_px']:.1f} px, uniform {a['uniform_distance_drop_px']:.2f} px) over "
         f"{a['analysed']} test images.",
-        "",
         comparison(r),
-        "",
-        "| layer | distance (px) | distance, CLS dropped (px) | entropy (nats) |",
-        "|---|---|---|---|",
-        *(
+        "| layer | distance (px) | distance, CLS dropped (px) | entropy (nats) |\n|---|---|---|---|\n"
+        + "\n".join(
             f"| {row['layer']} | {row['distance_px']:.2f} | {row['distance_drop_px']:.2f} | {row['entropy_nats']:.3f} |"
             for row in a["layers"]
         ),
-        "",
         "![distance per layer](distance_by_layer.png)",
-        "",
         f"Phases (s): {', '.join(f'{k} {v:.0f}' for k, v in r['phases_s'].items())}. "
         f"Every figure: `gpu_check.json`; the run: `{t['rung']}/`; its report: `{report_name}`.",
-        "",
     ]
-    return "\n".join(lines)
+    return "\n\n".join(blocks) + "\n"
 
 
 def comparison(r: dict) -> str:
