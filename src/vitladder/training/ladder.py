@@ -58,7 +58,7 @@ def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
 
 
 def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
-    """The ladder on a rank other than 0 (training/ranks.py): the runs rank 0 trains, in its order (the ranks
+    """The ladder on a rank other than 0 (started_for_another_rank): the runs rank 0 trains, in its order (the ranks
     meet in every fit), and nothing else. Lightning starts this rank inside rank 0's first fit, so its plan
     reads the files rank 0 planned from: rank 0 has finished no run since, and a folder it moved aside for
     overwrite=true is still one to train. The estimate, the log, the summaries and the report are rank 0's."""

@@ -1,7 +1,7 @@
 """One process per run folder: `flock` on `<run>/.lock` (filelock), held from before config.yaml is written until
 done.json. The kernel releases it when its holder exits, killed or not, so a dead process's lock is simply taken
 over; the holder's pid in the file lets a second process say who holds the rung. On several devices rank 0 holds
-it (the other ranks write nothing: training/ranks.py)."""
+it (the other ranks write nothing)."""
 
 from __future__ import annotations
 
