@@ -1,7 +1,6 @@
-"""One process per run folder: `flock` on `<run>/.lock` (filelock), held from before config.yaml is written until
-done.json. The kernel releases it when its holder exits, killed or not, so a dead process's lock is simply taken
-over; the holder's pid in the file lets a second process say who holds the rung. On several devices rank 0 holds
-it (the other ranks write nothing)."""
+"""One process per run folder: `flock` on `<run>/.lock` (filelock), held from before config.yaml until done.json (on
+several devices by rank 0). The kernel releases it when its holder exits, killed or not; the holder's pid in the
+file lets a second process say who holds the rung."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ def holder_pid(lock_file: Path) -> str:
 
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """Creates `run_dir` and holds its lock for the block; RunLocked at once (no waiting) if another
-    process holds it. Creating the lock file is also the check that the folder can be written."""
+    """Creates `run_dir` and holds its lock for the block; RunLocked at once if another process holds it. Creating
+    the lock file is also the check that the folder can be written."""
     lock_file = run_dir / LOCK_FILE
     lock = FileLock(lock_file, timeout=0)
     try:

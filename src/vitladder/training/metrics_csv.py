@@ -13,7 +13,6 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from vitladder.atomic import atomic_path
-from vitladder.errors import CheckpointError
 
 
 def read_rows(path: Path) -> tuple[list[str], list[dict]]:
@@ -95,11 +94,3 @@ def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
         return _number(row, "epoch") is None and step is not None and step <= last_step
 
     write_rows(metrics_csv, columns, [row for row in rows if held(row) or step_held(row)])
-
-
-def last_logged(metrics_csv: Path, key: str) -> float:
-    """The last value of `key` in metrics.csv (a resumed run whose epochs were all done logs none)."""
-    values = [row[key] for row in read_rows(metrics_csv)[1] if row.get(key)]
-    if not values:
-        raise CheckpointError(f"{metrics_csv}: no {key} logged; delete the run folder to retrain this rung")
-    return float(values[-1])

@@ -53,8 +53,8 @@ def _git(*args: str) -> str | None:
 
 @functools.cache
 def versions() -> dict[str, str | None]:
-    """The project's version and git commit (``-dirty`` when tracked files differ from it; None outside a git
-    checkout of it, such as an installed copy inside another repository), Python's and the libraries'."""
+    """The project's version and git commit (``-dirty`` when tracked files differ; None outside a git checkout of
+    it, such as an installed copy inside another repository), Python's and the libraries'."""
     top = _git("rev-parse", "--show-toplevel")
     ours = top is not None and CONF_DIR.parent.samefile(top)
     return {
@@ -73,8 +73,8 @@ def trainer_defaults() -> dict[str, Any]:
 
 
 def key_defaults(cfg: DictConfig) -> dict[str, Any]:
-    """Every key's default, dotted: its value in conf/ before any rung or command line (the schema's default where
-    conf/ gives none), for the run's data source; Lightning's own for trainer.*."""
+    """Every dotted key's default: its value in conf/ before any rung or command line (else the schema's), for the
+    run's data source; Lightning's own for trainer.*."""
     return {**flatten(base_values(str(cfg.data.source))), **trainer_defaults()}
 
 
@@ -94,9 +94,8 @@ def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
 def recipe_changes(
     stored: dict, current: dict, defaults_then: dict | None = None, defaults_now: dict | None = None
 ) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, current value) for every recipe key that differs; both configs resolved. A key only
-    the current config has is no change at its default now, one only the stored config has none at its default
-    then (defaults: dotted keys, key_defaults)."""
+    """(key, stored value, current value) for every recipe key that differs, both configs resolved; a key only one
+    config has is no change at its default (now for the current's, then for the stored's: key_defaults)."""
     old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
     then, now = defaults_then or {}, defaults_now or {}
 
@@ -123,7 +122,7 @@ def _read(load, path: Path) -> dict | None:
 
 def replaces_old_run(cfg: DictConfig) -> bool:
     """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
-    (overwrite=true). Without overwrite that is a UserError; a fresh folder or the same recipe is False."""
+    (overwrite=true; without it a UserError). A fresh folder or the same recipe: False."""
     paths = RunPaths(Path(cfg.run_dir))
     finished = paths.done.exists()
     if not (finished or paths.last_ckpt.exists()):
@@ -137,8 +136,10 @@ def replaces_old_run(cfg: DictConfig) -> bool:
         if not changes:
             old, new = flatten(stored), flatten(current)
             dropped = sorted(k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k))
-            if dropped:
-                warnings.warn(dropped_message(paths.root, dropped), stacklevel=1)  # one place: once
+            if dropped:  # warned in one place: once
+                settings = "is a setting" if len(dropped) == 1 else "are settings"
+                kept = "the run stood at the default, so it is kept as the same recipe"
+                warnings.warn(f"{paths.root}: {', '.join(dropped)} no longer {settings}; {kept}", stacklevel=1)
             return False
     if not cfg.overwrite:
         now = versions()
@@ -149,13 +150,6 @@ def replaces_old_run(cfg: DictConfig) -> bool:
         ]
         raise UserError(changed_recipe_message(paths.root, changes, finished, made_by))
     return True
-
-
-def dropped_message(run_dir: Path, dropped: list[str]) -> str:
-    return (
-        f"{run_dir}: {', '.join(dropped)} no longer {'is a setting' if len(dropped) == 1 else 'are settings'}; "
-        "the run stood at the default, so it is kept as the same recipe"
-    )
 
 
 def _show(value: Any) -> str:

@@ -51,9 +51,11 @@ def started_for_another_rank() -> bool:
     return any(os.environ.get(name, "0") != "0" for name in RANK_VARIABLES)
 
 
-class EpochsTrained(L.Callback):
-    """Logs ``epoch`` = epochs trained (0: the model at initialisation) with every epoch-level metric, everywhere
-    (metrics.csv, W&B, tracking.csv). Lightning would log the index of the epoch being run (0 after the first)."""
+class MetricAxes(L.Callback):
+    """What metrics are plotted against. ``epoch`` = epochs trained (0: the model at initialisation) with every
+    epoch-level metric, everywhere (metrics.csv, W&B, tracking.csv), where Lightning would log the index of the epoch
+    being run. ``lr`` at the optimizer steps Lightning logs at, as LearningRateMonitor would but under one key: the
+    parameter groups (with and without weight decay) share one schedule, not ``lr-AdamW/pg1`` and ``/pg2``."""
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -63,11 +65,6 @@ class EpochsTrained(L.Callback):
         if trainer.state.fn == "fit":  # after fitting, trainer.test logs Lightning's epoch: the epochs trained
             self.on_train_epoch_end(trainer, pl_module)
 
-
-class LearningRate(L.Callback):
-    """``lr`` at the optimizer steps Lightning logs at, as LearningRateMonitor would but under one key: the parameter
-    groups (with and without weight decay) share one schedule, not ``lr-AdamW/pg1`` and ``/pg2``."""
-
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         every, step = trainer.log_every_n_steps, trainer.global_step
         if every and ((step + 1) % every == 0 or trainer.should_stop):  # + 1: the step about to be taken
@@ -76,8 +73,8 @@ class LearningRate(L.Callback):
 
 
 def axis_callbacks() -> list[L.Callback]:
-    """The callbacks that put a rung's metrics on the right axes: epochs trained, or the optimizer step for lr."""
-    return [EpochsTrained(), LearningRate()]
+    """The callbacks that put a rung's metrics on the right axes."""
+    return [MetricAxes()]
 
 
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
