@@ -38,12 +38,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class SpacedCheckpoint(ModelCheckpoint):
-    """Lightning's epoch-end checkpoint, skipped until ``min_interval_s`` seconds have passed since the last save (or
-    the start); the fit's last epoch is always saved. Saving costs at most one save per ``min_interval_s``, and a kill
-    loses at most that and one epoch (docs/design.md §6). Only at epoch ends: an epoch's batches are resumed whole."""
+    """Lightning's epoch-end checkpoint into one file, ``path``, skipped until ``min_interval_s`` seconds have passed
+    since the last save (or the start); the fit's last epoch is always saved. Saving costs at most one save per
+    ``min_interval_s``, and a kill loses at most that and one epoch (docs/design.md §6). Only at epoch ends: an
+    epoch's batches are resumed whole."""
 
-    def __init__(self, *, min_interval_s: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, path: Path, *, min_interval_s: float = 0.0, every_n_epochs: int = 1) -> None:
+        super().__init__(
+            dirpath=path.parent,
+            filename=path.stem,
+            every_n_epochs=every_n_epochs,  # 0: none
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        )
         self.min_interval_s = min_interval_s
         self._last_save = time.monotonic()
 

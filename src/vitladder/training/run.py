@@ -214,16 +214,9 @@ def _fit_and_test(
     """Fits (from ``resume_from`` or afresh), tests and analyses the rung on every rank; rank 0 writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    # last.ckpt, one file replaced at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the
-    # divergence check
-    checkpoint = SpacedCheckpoint(
-        min_interval_s=float(cfg.checkpoint.min_interval_s),
-        every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
-        dirpath=str(paths.checkpoints),
-        filename=paths.last_ckpt.stem,
-        enable_version_counter=False,
-        save_on_train_epoch_end=True,
-    )
+    # last.ckpt, replaced at epoch ends (every N-th, once min_interval_s has passed), after the divergence check
+    interval_s, every_n = float(cfg.checkpoint.min_interval_s), int(cfg.checkpoint.every_n_epochs)
+    checkpoint = SpacedCheckpoint(paths.last_ckpt, min_interval_s=interval_s, every_n_epochs=every_n)
     analysis = make_analysis(cfg, paths, datamodule)
     callbacks = [checkpoint, analysis, *axis_callbacks()]
     with finished_if_failed():
