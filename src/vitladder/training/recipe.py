@@ -2,7 +2,8 @@
 resumed, only when the config that would run now is the same outside the keys its schema marks
 ``setting(in_recipe=False)``. provenance.json, written with it, records what made the run and every key's default
 then, so that an upgrade keeps the run: a setting added since is no change while it stands at its default now, one
-removed since none if it stood at its default then (docs/design.md §5)."""
+removed since none if it stood at its default then (docs/design.md §5). And one process per run folder: its lock,
+held from before config.yaml until done.json (on several devices by rank 0)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ import functools
 import inspect
 import json
 import logging
+import os
 import platform
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.atomic import write_json, write_text
@@ -26,7 +31,6 @@ from vitladder.config import CONF_DIR, base_values, flatten
 from vitladder.config_schema import outside_the_recipe
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths
-from vitladder.training.lock import run_lock
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,47 @@ ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
 LIBRARIES = ("torch", "lightning", "timm", "hydra-core", "wandb")
 SUPPLIED_BY_THE_RUN = ("logger", "callbacks", "plugins")  # Trainer arguments the config does not hold
+LOCK_FILE = ".lock"
+
+
+class RunLocked(UserError):
+    """Another process is training (or finishing) this rung."""
+
+
+def holder_pid(lock_file: Path) -> str:
+    try:
+        text = lock_file.read_bytes()[:32].decode("ascii", errors="replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Creates `run_dir` and holds its lock, `flock` on `<run>/.lock`, for the block; RunLocked at once if another
+    process holds it. The kernel releases it when its holder exits, killed or not; the holder's pid in the file lets
+    a second process say who holds the rung. Creating the file is also the check that the folder can be written."""
+    lock_file = run_dir / LOCK_FILE
+    lock = FileLock(lock_file, timeout=0)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout:
+        raise RunLocked(
+            f"{run_dir} is in use by another process (pid {holder_pid(lock_file)}): wait for it to finish, "
+            "or stop it and run the same command again to resume"
+        ) from None
+    except OSError as error:
+        raise UserError(
+            f"cannot write to the output folder {run_dir} ({error.strerror}): choose another with output_root=PATH"
+        ) from None
+    try:
+        lock_file.write_text(f"{os.getpid()}\n")  # in place, not renamed: a new inode would be unlocked
+        yield
+    finally:
+        with suppress(OSError):
+            lock_file.write_text("")  # no pid of a finished process left behind
+        lock.release()
 
 
 def _version(package: str) -> str | None:

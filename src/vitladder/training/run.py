@@ -1,8 +1,8 @@
 """Train one rung into its folder: config, checkpoints, metrics CSV, W&B run, completion marker.
 
 A finished rung (done.json) is skipped, an interrupted one resumed from last.ckpt in the same W&B run, both only under
-the same recipe (training/recipe.py). One process per rung holds the folder's lock (training/lock.py); on several
-devices only rank 0 writes, the other ranks train beside it (started_for_another_rank)."""
+the same recipe, and one process per rung holds the folder's lock (training/recipe.py); on several devices only rank
+0 writes, the other ranks train beside it (started_for_another_rank)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
 from vitladder.run_folder import EPOCH, LR, RunPaths, read_summary
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, checkpoint_epoch
-from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger, prune_metrics
 from vitladder.training.module import RecipeModule, TrainingDiverged, mixes
-from vitladder.training.recipe import replaces_old_run, set_aside, write_recipe
+from vitladder.training.recipe import replaces_old_run, run_lock, set_aside, write_recipe
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.wandb.run import check_wandb_mode, finished_if_failed, make_logger
 
