@@ -82,10 +82,9 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 
 def _version(package: str) -> str | None:
-    try:
+    with suppress(metadata.PackageNotFoundError):
         return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def _git(*args: str) -> str | None:
@@ -110,17 +109,12 @@ def versions() -> dict[str, str | None]:
     }
 
 
-@functools.cache
-def trainer_defaults() -> dict[str, Any]:
-    """trainer.<argument>: Lightning's own default, from the installed Trainer's signature."""
-    parameters = inspect.signature(L.Trainer).parameters.items()
-    return {f"trainer.{name}": p.default for name, p in parameters if name not in SUPPLIED_BY_THE_RUN}
-
-
 def key_defaults(cfg: DictConfig) -> dict[str, Any]:
     """Every dotted key's default: its value in conf/ before any rung or command line (else the schema's), for the
-    run's data source; Lightning's own for trainer.*."""
-    return {**flatten(base_values(str(cfg.data.source))), **trainer_defaults()}
+    run's data source; for trainer.* Lightning's own, from the installed Trainer's signature."""
+    trainer = inspect.signature(L.Trainer).parameters.items()
+    lightnings = {f"trainer.{name}": p.default for name, p in trainer if name not in SUPPLIED_BY_THE_RUN}
+    return {**flatten(base_values(str(cfg.data.source))), **lightnings}
 
 
 def write_recipe(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
