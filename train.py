@@ -13,7 +13,7 @@ from vitladder.config import register_resolvers
 def main(cfg: DictConfig) -> float:
     check_job(cfg)
     from vitladder.pipeline import train_rung  # heavy imports after Hydra has parsed the command line
-    from vitladder.training.ranks import started_for_another_rank
+    from vitladder.training.run import started_for_another_rank
 
     summary = train_rung(cfg, overrides=list(HydraConfig.get().overrides.task))
     if not started_for_another_rank():  # rank 0 says it once

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     from vitladder.devtools.estimate import estimate_ladder
     from vitladder.pipeline import train_rung
     from vitladder.training.ladder import LONG_LADDER_S, plan_ladder, run_ladder, train_alongside
-    from vitladder.training.ranks import started_for_another_rank
+    from vitladder.training.run import started_for_another_rank
     from vitladder.wandb.run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]

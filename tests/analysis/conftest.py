@@ -56,8 +56,7 @@ def fit(
     max_epochs: int | None = None,
 ) -> tuple[L.Trainer, ImageDataModule]:
     """What train_rung does, with our callback and an offline W&B logger when ``wandb_dir`` is given."""
-    from vitladder.training.axes import axis_callbacks
-    from vitladder.training.run import build_module
+    from vitladder.training.run import axis_callbacks, build_module
     from vitladder.wandb.run import define_metrics, start_run
 
     run_dir = Path(cfg.run_dir)

@@ -123,9 +123,7 @@ def saved_epochs(tmp_path, monkeypatch, min_interval_s: float, epoch_s: float, s
             saved.append(checkpoint["epoch"] + 1)
             super().save_checkpoint(checkpoint, path, storage_options)
 
-    checkpoint = SpacedCheckpoint(
-        min_interval_s=min_interval_s, dirpath=tmp_path, filename="last", enable_version_counter=False
-    )
+    checkpoint = SpacedCheckpoint(tmp_path / "last.ckpt", min_interval_s=min_interval_s)
     trainer = L.Trainer(
         accelerator="cpu",
         max_epochs=7,

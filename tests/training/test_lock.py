@@ -14,7 +14,7 @@ from entry_points import load_script
 from tiny_data import tiny_data
 
 from vitladder.pipeline import train_rung
-from vitladder.training.lock import LOCK_FILE, RunLocked, holder_pid, run_lock
+from vitladder.training.recipe import LOCK_FILE, RunLocked, holder_pid, run_lock
 
 TINY = [
     "profile=smoke",
@@ -23,7 +23,7 @@ TINY = [
     "trainer.enable_progress_bar=false",
 ]
 HOLDER = (
-    "import sys, time; from pathlib import Path; from vitladder.training.lock import run_lock\n"
+    "import sys, time; from pathlib import Path; from vitladder.training.recipe import run_lock\n"
     "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)"
 )
 

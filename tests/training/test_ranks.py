@@ -20,7 +20,7 @@ from tiny_data import tiny_data
 
 from vitladder.training.checkpoint_io import checkpoint_epoch
 from vitladder.training.ladder import PlannedRun, plan_ladder
-from vitladder.training.ranks import started_for_another_rank
+from vitladder.training.run import started_for_another_rank
 
 # Imported by every Python process of the ladder (rank 0 and the ranks Lightning starts) through PYTHONPATH. It
 # records each process's rank and every write, removal, rename or folder creation under RANKS_TEST_ROOT (Python's

@@ -21,7 +21,7 @@ from torch import nn
 
 from vitladder.config import compose_rung, rung_names, scaled_epochs
 from vitladder.run_folder import RunPaths
-from vitladder.training.module import RecipeModule, TrainingDiverged, build_mixup, seed_epoch
+from vitladder.training.module import RecipeModule, TrainingDiverged, seed_epoch
 from vitladder.training.run import build_module, build_trainer
 
 K = 10  # classes
@@ -105,15 +105,20 @@ def test_validation_and_test_loss_are_plain_cross_entropy_over_every_image(tiny_
         assert metrics[1].compute().item() == pytest.approx((logits.argmax(-1) == labels).float().mean().item())
 
 
+def module_mixing(mixup: dict, label_smoothing: float = 0.0, num_classes: int = K) -> RecipeModule:
+    model = {"embed_dim": 8, "depth": 1, "num_heads": 2, "num_classes": num_classes}
+    return RecipeModule(model, {}, label_smoothing, mixup, max_epochs=1, warmup_epochs=0, steps_per_epoch=1)
+
+
 @pytest.mark.parametrize("mixup_alpha, cutmix_alpha", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.5)])
 def test_either_alpha_turns_mixing_on(mixup_alpha: float, cutmix_alpha: float) -> None:
-    mixup = build_mixup(mixup_alpha, cutmix_alpha, prob=1.0, switch_prob=0.5, label_smoothing=0.0, num_classes=K)
-    assert (mixup is None) == (mixup_alpha == cutmix_alpha == 0.0)
+    module = module_mixing({"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha, "prob": 1.0, "switch_prob": 0.5})
+    assert (module.mixup is None) == (mixup_alpha == cutmix_alpha == 0.0)
 
 
 def test_every_mixing_setting_reaches_timm() -> None:
     # Values unlike timm's defaults, so a setting dropped on the way would show.
-    mixup = build_mixup(0.3, 0.6, prob=0.7, switch_prob=0.2, label_smoothing=0.15, num_classes=7)
+    mixup = module_mixing({"mixup_alpha": 0.3, "cutmix_alpha": 0.6, "prob": 0.7, "switch_prob": 0.2}, 0.15, 7).mixup
     assert (mixup.mixup_alpha, mixup.cutmix_alpha, mixup.mix_prob, mixup.switch_prob) == (0.3, 0.6, 0.7, 0.2)
     assert (mixup.label_smoothing, mixup.num_classes, mixup.mode) == (0.15, 7, "batch")  # one draw per batch
 

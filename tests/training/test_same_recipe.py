@@ -117,8 +117,7 @@ def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):
 
 
 def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path):
-    from vitladder.training.lock import RunLocked, run_lock
-    from vitladder.training.recipe import set_aside
+    from vitladder.training.recipe import RunLocked, run_lock, set_aside
 
     paths = RunPaths(tmp_path / "smoke" / "patch8")
     paths.root.mkdir(parents=True)

@@ -10,7 +10,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Everything needed to rebuild the network from a checkpoint."""
+    """Everything needed to rebuild the network from a checkpoint: VisionTransformer's arguments."""
 
     patch_size: int = 4
     embed_dim: int = 384
@@ -41,13 +41,6 @@ MAX_TOKENS = 4096  # patches per image: attention maps grow with its square
 MAX_PARAMETERS = 1_000_000_000  # ViT-Huge has 0.63 G
 
 
-def approx_parameters(config: ViTConfig) -> int:
-    """Weights of the blocks (qkv, projection, MLP), the patch projection, the tokens and the head."""
-    d, patches = config.embed_dim, (config.img_size // config.patch_size) ** 2
-    block = (4 + 2 * config.mlp_ratio) * d * d
-    return int(config.depth * block + 3 * config.patch_size**2 * d + (patches + 1) * d + config.num_classes * d)
-
-
 def check_vit_config(config: ViTConfig) -> None:
     """ValueError naming the first value out of LIMITS, or a shape the network cannot have."""
     for key, (low, high) in LIMITS.items():
@@ -56,14 +49,18 @@ def check_vit_config(config: ViTConfig) -> None:
             raise ValueError(f"{key}={value!r} is not a number")
         if not low <= value <= high:
             raise ValueError(f"{key}={value!r} is outside [{low:g}, {high:g}]")
+    d, patches = config.embed_dim, (config.img_size // config.patch_size) ** 2
     if config.img_size % config.patch_size:
         raise ValueError(f"patch_size {config.patch_size} does not divide the {config.img_size}px image")
-    if config.embed_dim % config.num_heads:
-        raise ValueError(f"num_heads {config.num_heads} does not divide embed_dim {config.embed_dim}")
-    if (config.img_size // config.patch_size) ** 2 > MAX_TOKENS:
-        raise ValueError(f"{(config.img_size // config.patch_size) ** 2} patches per image, more than {MAX_TOKENS}")
-    if approx_parameters(config) > MAX_PARAMETERS:
-        raise ValueError(f"about {approx_parameters(config):,} parameters, more than {MAX_PARAMETERS:,}")
+    if d % config.num_heads:
+        raise ValueError(f"num_heads {config.num_heads} does not divide embed_dim {d}")
+    if patches > MAX_TOKENS:
+        raise ValueError(f"{patches} patches per image, more than {MAX_TOKENS}")
+    # About: the blocks (qkv, projection, MLP), then the patch projection, the tokens and the head.
+    block = (4 + 2 * config.mlp_ratio) * d * d
+    parameters = int(config.depth * block + (3 * config.patch_size**2 + patches + 1 + config.num_classes) * d)
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"about {parameters:,} parameters, more than {MAX_PARAMETERS:,}")
 
 
 def vit_config_from_dict(raw: object) -> ViTConfig:
@@ -82,22 +79,10 @@ def vit_config_from_dict(raw: object) -> ViTConfig:
 
 
 def build_vit(config: ViTConfig) -> VisionTransformer:
-    """A plain ViT: CLS token, learned position embeddings from random init, no convolution
-    beyond the patch projection, the classifier reading the CLS token only."""
+    """A plain ViT: CLS token, learned position embeddings from random init, no convolution beyond the patch
+    projection, the classifier reading the CLS token only."""
     check_vit_config(config)
-    return VisionTransformer(
-        img_size=config.img_size,
-        patch_size=config.patch_size,
-        num_classes=config.num_classes,
-        embed_dim=config.embed_dim,
-        depth=config.depth,
-        num_heads=config.num_heads,
-        mlp_ratio=config.mlp_ratio,
-        drop_path_rate=config.drop_path_rate,
-        class_token=True,
-        global_pool="token",
-        pos_embed="learn",
-    )
+    return VisionTransformer(**config.to_dict(), class_token=True, global_pool="token", pos_embed="learn")
 
 
 def num_parameters(model: VisionTransformer) -> int:

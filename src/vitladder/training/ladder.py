@@ -51,17 +51,15 @@ def format_seconds(seconds: float) -> str:
 
 
 def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
-    """The unfinished runs, in order, and with overwrite=true those of another recipe (without it, a run folder of
-    another recipe is a UserError: replaces_old_run)."""
+    """The unfinished runs, in order, and with overwrite=true those of another recipe (replaces_old_run)."""
     replaced = {run.run_dir for run in runs if replaces_old_run(run.cfg)}
     return [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
 
 
 def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
-    """The ladder on a rank other than 0 (training/ranks.py): the runs rank 0 trains, in its order (the ranks
-    meet in every fit), and nothing else. Lightning starts this rank inside rank 0's first fit, so its plan
-    reads the files rank 0 planned from: rank 0 has finished no run since, and a folder it moved aside for
-    overwrite=true is still one to train. The estimate, the log, the summaries and the report are rank 0's."""
+    """The ladder on a rank other than 0: the runs rank 0 trains, in its order (the ranks meet in every fit), and
+    nothing else. This rank starts inside rank 0's first fit, so it plans from the files rank 0 planned from: rank 0
+    has finished no run since, and a folder it moved aside for overwrite=true is still one to train."""
     for run in runs_to_train(runs):
         train(run.cfg, overrides=run.overrides)
 
@@ -73,9 +71,9 @@ def run_ladder(
     log: Callable[[str], None] = print,
     max_seconds: float | None = LONG_LADDER_S,
 ) -> list[dict]:
-    """Trains the unfinished runs in order; prints the estimate first and a ladder ETA after each run. Before
-    anything trains it stops, saying how to go on, at a run folder of another recipe (unless overwrite=true), a run
-    its devices cannot train, and an estimate over ``max_seconds`` (None: no limit)."""
+    """Trains the unfinished runs in order, with an estimate first and an ETA after each. Before anything trains it
+    stops, saying how to go on, at another recipe's run folder, a run its devices cannot train, and an estimate
+    over ``max_seconds`` (None: no limit)."""
     todo = runs_to_train(runs)
     for run in todo:  # all of them first, not a rung after those below it have trained
         try:

@@ -13,12 +13,10 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from vitladder.atomic import atomic_path
-from vitladder.errors import CheckpointError
 
 
 def read_rows(path: Path) -> tuple[list[str], list[dict]]:
-    """(columns, rows) of metrics.csv, whole rows only: a run killed while Lightning's own writer appended a row
-    (before this one) left a partial line."""
+    """(columns, rows), whole rows only: a kill while an older writer appended a row left a partial line."""
     with path.open(newline="") as file:
         reader = csv.DictReader(file)
         rows = [row for row in reader if None not in row and None not in row.values()]
@@ -33,11 +31,9 @@ def write_rows(path: Path, columns: list[str], rows: list[dict]) -> None:
 
 
 class MetricsLogger(Logger):
-    """metrics.csv in ``run_dir``, in Lightning's CSVLogger's format (a column per key, sorted), saved as each row is
-    logged. Two differences: it starts from the rows already there (a resumed run's, cut back by prune_metrics),
-    where CSVLogger deletes the file; and every save writes the whole file under a temporary name and renames it,
-    where CSVLogger rewrites the file in place when a column appears (just after the first last.ckpt), so that a
-    kill then left it without the epochs before."""
+    """metrics.csv in CSVLogger's format (a column per key, sorted), saved at every row. Unlike CSVLogger it keeps
+    the rows already there (a resumed run's, cut back by prune_metrics), and every save writes the whole file under a
+    temporary name and renames it (CSVLogger rewrites it in place when a column appears, so a kill lost the rows)."""
 
     name, version = "metrics", ""
 
@@ -61,7 +57,7 @@ class MetricsLogger(Logger):
         self.unsaved.append({**values, "step": step})
         self.save()
 
-    def save(self) -> None:
+    def save(self) -> None:  # Lightning also calls it (before a checkpoint, at the end): a failed save is retried
         if not self.unsaved:
             return
         if self.columns is None:
@@ -98,11 +94,3 @@ def prune_metrics(metrics_csv: Path, from_epoch: int) -> None:
         return _number(row, "epoch") is None and step is not None and step <= last_step
 
     write_rows(metrics_csv, columns, [row for row in rows if held(row) or step_held(row)])
-
-
-def last_logged(metrics_csv: Path, key: str) -> float:
-    """The last value of `key` in metrics.csv (a resumed run whose epochs were all done logs none)."""
-    values = [row[key] for row in read_rows(metrics_csv)[1] if row.get(key)]
-    if not values:
-        raise CheckpointError(f"{metrics_csv}: no {key} logged; delete the run folder to retrain this rung")
-    return float(values[-1])

@@ -29,10 +29,8 @@ class TrainingDiverged(UserError):
 
 
 def seed_epoch(seed: int, rank: int, epoch: int) -> None:
-    """Seeds the global RNG streams (MixUp/CutMix draws from numpy, drop path from torch, CPU and CUDA) from
-    ``(seed, rank, epoch)`` at the start of every training epoch: each rank draws its own samples, and an epoch's
-    draws depend on nothing before it, so a run resumed at an epoch boundary draws exactly what an uninterrupted
-    one draws, with no RNG state in the checkpoint."""
+    """Seeds the global RNG streams (MixUp/CutMix: numpy; drop path: torch) from ``(seed, rank, epoch)`` at every
+    training epoch's start, so a run resumed at an epoch boundary draws what an uninterrupted one draws."""
     value = stream_seed(seed, rank, epoch, "global")
     torch.manual_seed(value)  # every device's generator too
     np.random.seed(value % 2**32)
@@ -43,15 +41,8 @@ def mixes(mixup_alpha: float, cutmix_alpha: float) -> bool:
     return mixup_alpha > 0 or cutmix_alpha > 0
 
 
-def build_mixup(mixup_alpha: float, cutmix_alpha: float, **settings) -> Mixup | None:
-    """timm's Mixup, one draw per batch on the batch's device (``settings``: its prob, switch_prob,
-    label_smoothing and num_classes), or None when both alphas are 0."""
-    return Mixup(mixup_alpha, cutmix_alpha, mode="batch", **settings) if mixes(mixup_alpha, cutmix_alpha) else None
-
-
 class RecipeModule(L.LightningModule):
-    """One rung's ViT with its recipe: the loss, AdamW with warmup and cosine decay per optimizer step, the random
-    draws seeded per rank and epoch, and accuracy and loss logged per epoch (built by ``training.run.build_module``)."""
+    """One rung's ViT with its recipe, built by ``training.run.build_module``."""
 
     def __init__(
         self,
@@ -75,11 +66,12 @@ class RecipeModule(L.LightningModule):
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
         num_classes = self.vit_config.num_classes
-        self.mixup = build_mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes)
-        # Mixup hands out soft targets that already carry the label smoothing.
-        self.train_criterion = (
-            SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        )
+        if mixes(mixup["mixup_alpha"], mixup["cutmix_alpha"]):
+            # timm's Mixup, one draw per batch on the batch's device: its soft targets carry the label smoothing.
+            self.mixup = Mixup(**mixup, mode="batch", label_smoothing=label_smoothing, num_classes=num_classes)
+            self.train_criterion = SoftTargetCrossEntropy()
+        else:
+            self.mixup, self.train_criterion = None, nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.eval_criterion = nn.CrossEntropyLoss(reduction="none")  # per image: the mean over images is exact
         # Metrics accumulate on the device and are read once per epoch: no host sync per step. MeanMetric's
         # default NaN check reads the device at every update; with nan_strategy="disable" a NaN also reaches
@@ -102,9 +94,8 @@ class RecipeModule(L.LightningModule):
         if self.compile_failed:
             with torch.compiler.set_stance("force_eager"):
                 return self.model(images)  # (B, num_classes)
-        # TorchDynamoException: what torch.compile raises for its own failures (a backend: Inductor, Triton, a C
-        # compiler) when it compiles the first training or evaluation graph. No public name; test_gpu_settings
-        # forces one.
+        # TorchDynamoException: what torch.compile raises for its own failures (Inductor, Triton, a C compiler) at
+        # the first training or evaluation graph. No public name; test_gpu_settings forces one.
         try:
             return self.model(images)
         except torch._dynamo.exc.TorchDynamoException as error:
@@ -144,8 +135,8 @@ class RecipeModule(L.LightningModule):
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
         images, labels = batch
-        # A compiled model then builds one eval graph for any batch size (the last batch is smaller),
-        # instead of a static one first and a dynamic one at the first partial batch.
+        # A compiled model then builds one eval graph for any batch size (the last batch is smaller), not a static
+        # one first and a dynamic one at the first partial batch.
         torch._dynamo.maybe_mark_dynamic(images, 0)
         logits = self(images)
         loss, acc = getattr(self, f"{stage}_loss"), getattr(self, f"{stage}_acc")

@@ -2,7 +2,8 @@
 resumed, only when the config that would run now is the same outside the keys its schema marks
 ``setting(in_recipe=False)``. provenance.json, written with it, records what made the run and every key's default
 then, so that an upgrade keeps the run: a setting added since is no change while it stands at its default now, one
-removed since none if it stood at its default then (docs/design.md §5)."""
+removed since none if it stood at its default then (docs/design.md §5). And one process per run folder: its lock,
+held from before config.yaml until done.json (on several devices by rank 0)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ import functools
 import inspect
 import json
 import logging
+import os
 import platform
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from vitladder.atomic import write_json, write_text
@@ -26,7 +31,6 @@ from vitladder.config import CONF_DIR, base_values, flatten
 from vitladder.config_schema import outside_the_recipe
 from vitladder.errors import UserError
 from vitladder.run_folder import RunPaths
-from vitladder.training.lock import run_lock
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +38,53 @@ ABSENT = "(absent)"
 SHOWN_CHANGES = 6  # a longer list ends with "and N more"
 LIBRARIES = ("torch", "lightning", "timm", "hydra-core", "wandb")
 SUPPLIED_BY_THE_RUN = ("logger", "callbacks", "plugins")  # Trainer arguments the config does not hold
+LOCK_FILE = ".lock"
+
+
+class RunLocked(UserError):
+    """Another process is training (or finishing) this rung."""
+
+
+def holder_pid(lock_file: Path) -> str:
+    try:
+        text = lock_file.read_bytes()[:32].decode("ascii", errors="replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Creates `run_dir` and holds its lock, `flock` on `<run>/.lock`, for the block; RunLocked at once if another
+    process holds it. The kernel releases it when its holder exits, killed or not; the holder's pid in the file lets
+    a second process say who holds the rung. Creating the file is also the check that the folder can be written."""
+    lock_file = run_dir / LOCK_FILE
+    lock = FileLock(lock_file, timeout=0)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout:
+        raise RunLocked(
+            f"{run_dir} is in use by another process (pid {holder_pid(lock_file)}): wait for it to finish, "
+            "or stop it and run the same command again to resume"
+        ) from None
+    except OSError as error:
+        raise UserError(
+            f"cannot write to the output folder {run_dir} ({error.strerror}): choose another with output_root=PATH"
+        ) from None
+    try:
+        lock_file.write_text(f"{os.getpid()}\n")  # in place, not renamed: a new inode would be unlocked
+        yield
+    finally:
+        with suppress(OSError):
+            lock_file.write_text("")  # no pid of a finished process left behind
+        lock.release()
 
 
 def _version(package: str) -> str | None:
-    try:
+    with suppress(metadata.PackageNotFoundError):
         return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def _git(*args: str) -> str | None:
@@ -53,8 +97,8 @@ def _git(*args: str) -> str | None:
 
 @functools.cache
 def versions() -> dict[str, str | None]:
-    """The project's version and git commit (``-dirty`` when tracked files differ from it; None outside a git
-    checkout of it, such as an installed copy inside another repository), Python's and the libraries'."""
+    """The project's version and git commit (``-dirty`` when tracked files differ; None outside a git checkout of
+    it, such as an installed copy inside another repository), Python's and the libraries'."""
     top = _git("rev-parse", "--show-toplevel")
     ours = top is not None and CONF_DIR.parent.samefile(top)
     return {
@@ -65,17 +109,12 @@ def versions() -> dict[str, str | None]:
     }
 
 
-@functools.cache
-def trainer_defaults() -> dict[str, Any]:
-    """trainer.<argument>: Lightning's own default, from the installed Trainer's signature."""
-    parameters = inspect.signature(L.Trainer).parameters.items()
-    return {f"trainer.{name}": p.default for name, p in parameters if name not in SUPPLIED_BY_THE_RUN}
-
-
 def key_defaults(cfg: DictConfig) -> dict[str, Any]:
-    """Every key's default, dotted: its value in conf/ before any rung or command line (the schema's default where
-    conf/ gives none), for the run's data source; Lightning's own for trainer.*."""
-    return {**flatten(base_values(str(cfg.data.source))), **trainer_defaults()}
+    """Every dotted key's default: its value in conf/ before any rung or command line (else the schema's), for the
+    run's data source; for trainer.* Lightning's own, from the installed Trainer's signature."""
+    trainer = inspect.signature(L.Trainer).parameters.items()
+    lightnings = {f"trainer.{name}": p.default for name, p in trainer if name not in SUPPLIED_BY_THE_RUN}
+    return {**flatten(base_values(str(cfg.data.source))), **lightnings}
 
 
 def write_recipe(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
@@ -94,9 +133,8 @@ def in_recipe(key: str, outside: tuple[str, ...] | None = None) -> bool:
 def recipe_changes(
     stored: dict, current: dict, defaults_then: dict | None = None, defaults_now: dict | None = None
 ) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, current value) for every recipe key that differs; both configs resolved. A key only
-    the current config has is no change at its default now, one only the stored config has none at its default
-    then (defaults: dotted keys, key_defaults)."""
+    """(key, stored value, current value) for every recipe key that differs, both configs resolved; a key only one
+    config has is no change at its default (now for the current's, then for the stored's: key_defaults)."""
     old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
     then, now = defaults_then or {}, defaults_now or {}
 
@@ -123,7 +161,7 @@ def _read(load, path: Path) -> dict | None:
 
 def replaces_old_run(cfg: DictConfig) -> bool:
     """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
-    (overwrite=true). Without overwrite that is a UserError; a fresh folder or the same recipe is False."""
+    (overwrite=true; without it a UserError). A fresh folder or the same recipe: False."""
     paths = RunPaths(Path(cfg.run_dir))
     finished = paths.done.exists()
     if not (finished or paths.last_ckpt.exists()):
@@ -137,8 +175,10 @@ def replaces_old_run(cfg: DictConfig) -> bool:
         if not changes:
             old, new = flatten(stored), flatten(current)
             dropped = sorted(k for k, v in old.items() if k not in new and then.get(k, ABSENT) == v and in_recipe(k))
-            if dropped:
-                warnings.warn(dropped_message(paths.root, dropped), stacklevel=1)  # one place: once
+            if dropped:  # warned in one place: once
+                settings = "is a setting" if len(dropped) == 1 else "are settings"
+                kept = "the run stood at the default, so it is kept as the same recipe"
+                warnings.warn(f"{paths.root}: {', '.join(dropped)} no longer {settings}; {kept}", stacklevel=1)
             return False
     if not cfg.overwrite:
         now = versions()
@@ -149,13 +189,6 @@ def replaces_old_run(cfg: DictConfig) -> bool:
         ]
         raise UserError(changed_recipe_message(paths.root, changes, finished, made_by))
     return True
-
-
-def dropped_message(run_dir: Path, dropped: list[str]) -> str:
-    return (
-        f"{run_dir}: {', '.join(dropped)} no longer {'is a setting' if len(dropped) == 1 else 'are settings'}; "
-        "the run stood at the default, so it is kept as the same recipe"
-    )
 
 
 def _show(value: Any) -> str:

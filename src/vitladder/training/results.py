@@ -1,6 +1,5 @@
-"""A rung's final writes, in order: what it measured (done.json's content), the model, the W&B summary and
-artifacts, and done.json last, so that its presence means every other output is complete. W&B failing there
-is one warning, not a lost rung: the model and its analysis are saved before it."""
+"""A rung's final writes: the model, the W&B summary and artifacts, and done.json last, so that its presence means
+every other output is complete. W&B failing there is one warning: the model and its analysis are saved before it."""
 
 from __future__ import annotations
 
@@ -11,25 +10,29 @@ from omegaconf import DictConfig
 
 from vitladder.atomic import save_safetensors, write_json
 from vitladder.data.sources import describe
+from vitladder.errors import CheckpointError
 from vitladder.run_folder import MODEL_FORMAT, RunPaths
-from vitladder.training.metrics_csv import last_logged
+from vitladder.training.metrics_csv import read_rows
 from vitladder.training.module import RecipeModule
 from vitladder.wandb.artifacts import log_rung_artifacts
 from vitladder.wandb.run import wandb_failure_warns
 
 
 def final_val_acc(trainer: L.Trainer, paths: RunPaths, validated: bool = True) -> float | None:
-    """The last validation accuracy (None without a validation split); a run resumed after its last epoch
-    validated nothing this time: the one metrics.csv logged before the interruption."""
+    """The last validation accuracy (None without a validation split); metrics.csv's if a run resumed after its last
+    epoch validated nothing this time."""
     if not validated:
         return None
-    val_acc = trainer.callback_metrics.get("val/acc")
-    return float(last_logged(paths.metrics_csv, "val/acc") if val_acc is None else val_acc)
+    if (val_acc := trainer.callback_metrics.get("val/acc")) is not None:
+        return float(val_acc)
+    logged = [row["val/acc"] for row in read_rows(paths.metrics_csv)[1] if row.get("val/acc")]
+    if not logged:
+        raise CheckpointError(f"{paths.metrics_csv}: no val/acc logged; delete the run folder to retrain this rung")
+    return float(logged[-1])
 
 
 def epochs_trained(steps: int, steps_per_epoch: int) -> int | float:
-    """Epochs trained, counted in optimizer steps: a fraction when trainer.max_time stopped the last epoch part way
-    (Lightning counts that epoch as finished)."""
+    """Epochs trained, in optimizer steps: a fraction when trainer.max_time stopped the last one part way."""
     whole, rest = divmod(steps, steps_per_epoch)
     return whole if rest == 0 else round(steps / steps_per_epoch, 2)
 
@@ -44,7 +47,7 @@ def rung_summary(
     data: dict | None = None,
 ) -> dict:
     """done.json: the rung, its model, what it trained (``data``: ImageDataModule.facts()), its accuracies and the
-    probes' scalars (``analysis``)."""
+    probes' scalars."""
     steps, per_epoch = trainer.global_step, trainer.lightning_module.optimizer_steps_per_epoch()
     return {
         "rung": cfg.rung,
@@ -65,8 +68,8 @@ def rung_summary(
 
 
 def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig) -> None:
-    """model.safetensors: the weights, and in its header all that rebuilds and names them (vit_config is the
-    arguments of timm's VisionTransformer; the normalisation is what the analysis and the demo normalise with)."""
+    """model.safetensors: the weights, and in its header all that rebuilds (vit_config: VisionTransformer's
+    arguments), names and normalises for them (the analysis and the demo)."""
     header = {"format": MODEL_FORMAT, "vit_config": module.vit_config.to_dict(), "classes": list(classes)}
     header |= {"normalization": module.hparams["normalization"], "rung": cfg.rung, "ladder": cfg.ladder}
     save_safetensors({k: v.detach().cpu() for k, v in module.model.state_dict().items()}, header, paths.model)
@@ -75,7 +78,6 @@ def save_model(module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], 
 def write_results(
     module: RecipeModule, paths: RunPaths, classes: tuple[str, ...], cfg: DictConfig, summary: dict, wandb_logger
 ) -> None:
-    """On the global-zero process: the model, the W&B summary and artifacts, done.json last."""
     save_model(module, paths, classes, cfg)
     if wandb_logger is not None:
         kept = f"the rung is finished and saved in {paths.root} (scripts/analyze.py logs its analysis again)"

@@ -1,13 +1,13 @@
 """Train one rung into its folder: config, checkpoints, metrics CSV, W&B run, completion marker.
 
-A finished rung (done.json present) is skipped untouched, and an interrupted one resumes from last.ckpt in the
-same W&B run, only under the same recipe (training/recipe.py). One process per rung: the folder's lock is held
-from config.yaml to done.json (training/lock.py). On several devices only rank 0 writes; the other ranks train
-beside it (training/ranks.py)."""
+A finished rung (done.json) is skipped, an interrupted one resumed from last.ckpt in the same W&B run, both only under
+the same recipe, and one process per rung holds the folder's lock (training/recipe.py); on several devices only rank
+0 writes, the other ranks train beside it (started_for_another_rank)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,14 +22,11 @@ from vitladder.config import scaled_epochs
 from vitladder.cuda_choices import fused_adamw, run_choices, use_tensor_cores
 from vitladder.data.datamodule import ImageDataModule, per_device_batch
 from vitladder.errors import UserError
-from vitladder.run_folder import RunPaths, read_summary
-from vitladder.training.axes import axis_callbacks
+from vitladder.run_folder import EPOCH, LR, RunPaths, read_summary
 from vitladder.training.checkpoint_io import AtomicCheckpointIO, SpacedCheckpoint, checkpoint_epoch
-from vitladder.training.lock import run_lock
 from vitladder.training.metrics_csv import MetricsLogger, prune_metrics
 from vitladder.training.module import RecipeModule, TrainingDiverged, mixes
-from vitladder.training.ranks import started_for_another_rank
-from vitladder.training.recipe import replaces_old_run, set_aside, write_recipe
+from vitladder.training.recipe import replaces_old_run, run_lock, set_aside, write_recipe
 from vitladder.training.results import final_val_acc, rung_summary, write_results
 from vitladder.wandb.run import check_wandb_mode, finished_if_failed, make_logger
 
@@ -38,10 +35,45 @@ log = logging.getLogger(__name__)
 # The rung's analysis from its config, run folder and data: a callback whose ``scalars`` (None until it has analysed
 # the final model) go into done.json. A layer above training: vitladder.pipeline gives the probes' one.
 Analysis = Callable[[DictConfig, RunPaths, ImageDataModule], L.Callback]
+# The launchers' variables: Lightning's (LOCAL_RANK, NODE_RANK), torchrun's (RANK), SLURM's and LSF's.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
 class RunInterrupted(UserError):
     exit_code = 130
+
+
+def started_for_another_rank() -> bool:
+    """Whether a launcher started this process for a global rank other than 0: Lightning's DDP launcher runs the
+    command again, inside rank 0's first fit, for the others. Read from the environment, so it is known before any
+    Trainer exists (Lightning's rank_zero_only.rank misses NODE_RANK until then)."""
+    return any(os.environ.get(name, "0") != "0" for name in RANK_VARIABLES)
+
+
+class MetricAxes(L.Callback):
+    """What metrics are plotted against. ``epoch`` = epochs trained (0: the model at initialisation) with every
+    epoch-level metric, everywhere (metrics.csv, W&B, tracking.csv), where Lightning would log the index of the epoch
+    being run. ``lr`` at the optimizer steps Lightning logs at, as LearningRateMonitor would but under one key: the
+    parameter groups (with and without weight decay) share one schedule, not ``lr-AdamW/pg1`` and ``/pg2``."""
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            pl_module.log(EPOCH, float(trainer.current_epoch + 1), rank_zero_only=True)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":  # after fitting, trainer.test logs Lightning's epoch: the epochs trained
+            self.on_train_epoch_end(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        every, step = trainer.log_every_n_steps, trainer.global_step
+        if every and ((step + 1) % every == 0 or trainer.should_stop):  # + 1: the step about to be taken
+            for logger in trainer.loggers:
+                logger.log_metrics({LR: trainer.optimizers[0].param_groups[0]["lr"]}, step=step)
+
+
+def axis_callbacks() -> list[L.Callback]:
+    """The callbacks that put a rung's metrics on the right axes."""
+    return [MetricAxes()]
 
 
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
@@ -181,16 +213,9 @@ def _fit_and_test(
     """Fits (from ``resume_from`` or afresh), tests and analyses the rung on every rank; rank 0 writes the results."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     module = build_module(cfg, datamodule)
-    # last.ckpt, one file replaced at epoch ends (every N-th, once checkpoint.min_interval_s has passed), after the
-    # divergence check
-    checkpoint = SpacedCheckpoint(
-        min_interval_s=float(cfg.checkpoint.min_interval_s),
-        every_n_epochs=int(cfg.checkpoint.every_n_epochs),  # 0: none
-        dirpath=str(paths.checkpoints),
-        filename=paths.last_ckpt.stem,
-        enable_version_counter=False,
-        save_on_train_epoch_end=True,
-    )
+    # last.ckpt, replaced at epoch ends (every N-th, once min_interval_s has passed), after the divergence check
+    interval_s, every_n = float(cfg.checkpoint.min_interval_s), int(cfg.checkpoint.every_n_epochs)
+    checkpoint = SpacedCheckpoint(paths.last_ckpt, min_interval_s=interval_s, every_n_epochs=every_n)
     analysis = make_analysis(cfg, paths, datamodule)
     callbacks = [checkpoint, analysis, *axis_callbacks()]
     with finished_if_failed():
