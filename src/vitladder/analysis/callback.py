@@ -1,12 +1,7 @@
-"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training, on global
-rank zero only, in eval mode (the model's own mode restored).
-
-- During training (once at initialisation, then every ``track_every_n_epochs`` epochs): each probe's ``track`` over
-  the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
-  ``track/<name>`` against ``epoch`` (epochs trained) and kept in a history that travels in the checkpoint.
-- After training, on the training device: every probe's ``run`` on the final model over the first ``num_images``
-  test images, written to ``out_dir`` and logged to the trainer's ``WandbLogger``, if any; ``scalars`` then holds
-  done.json's analysis numbers.
+"""The Lightning callback that runs the configured probes (``analysis.probes``), on global rank zero only, in eval
+mode: each probe's ``track`` at initialisation and every ``track_every_n_epochs`` epochs (``track/<name>`` against
+``epoch``, kept in a history that travels in the checkpoint); after training, on the training device, every probe's
+``run`` on the first ``num_images`` test images, written to ``out_dir`` and logged to a ``WandbLogger``, if any.
 """
 
 from __future__ import annotations
@@ -86,8 +81,8 @@ class AttentionAnalysis(L.Callback):
     def analyse(
         self, model: nn.Module, images: Tensor, labels: Tensor, stats: ChannelStats, classes: Sequence[str] | None
     ) -> dict[str, Path]:
-        """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir``: sets
-        ``results``, ``files`` and ``scalars``; returns the files. scripts/analyze.py calls this too."""
+        """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir`` (scripts/analyze.py
+        calls this too): sets ``results``, ``files`` and ``scalars``; returns the files."""
         ctx = self.context(images.shape[-1], stats, classes)
         self.results = run_probes(model, images, labels, ctx, self.probes)
         self.files = write_results(self.results, self.out_dir)
@@ -104,8 +99,7 @@ class AttentionAnalysis(L.Callback):
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
     def tracking_split(self) -> Split:
-        """The validation images; with no validation split (data.val_size=0), the training images, whose first
-        ones are a fixed seeded sample (split_train_val_test) seen without augmentation."""
+        """The validation images; without them (data.val_size=0), the training images (a fixed seeded sample)."""
         return self.data.val if len(self.data.val.labels) else self.data.train
 
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:

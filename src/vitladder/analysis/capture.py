@@ -1,10 +1,7 @@
-"""Attention probabilities from a timm ViT, and the mode every analysis runs the model in.
-
-Training keeps timm's fused attention, which never materialises the ``(B, H, T, T)`` probabilities. For one
-forward pass every ``Attention`` takes its explicit path (timm's own ``fused_attn`` switch), where ``attn_drop``,
-the identity in eval mode, receives the softmax probabilities, and a forward hook reads them. timm's
-``AttentionExtract`` reads the same module but leaves its hooks on the model (``method="hook"``) or traces the
-model afresh on every call (``"fx"``: seconds).
+"""Attention probabilities from a timm ViT, and the mode every analysis runs the model in. For one forward pass every
+``Attention`` leaves its fused path (timm's own ``fused_attn`` switch, which training keeps on), so ``attn_drop`` (the
+identity in eval mode) receives the ``(B, H, T, T)`` probabilities and a hook reads them. timm's ``AttentionExtract``
+reads the same module but leaves its hooks on the model (``method="hook"``) or traces it on every call (``"fx"``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Do the local heads matter? (docs/design.md §4.) Each head removed (mean and uniform ablation), each layer's more
-local half of heads against its less local half, and the k most local heads against k random ones and the k least
-local: ``ablation.csv``; per mode the accuracy lost against each head's mean attention distance, and Spearman's rho
-between the two with a bootstrap 95% interval over images (negative: the more local a head, the more its removal
-costs). ``analysis.settings.head_ablation`` may set ``images`` (the first N analysis images; default all), ``draws``
-(random sets per k, 5) and ``resamples`` (bootstrap resamples, 1000): the smoke profile takes fewer.
+"""Do the local heads matter? (docs/design.md §4.) ``ablation.csv``: each head removed, each layer's more local half
+of heads and its less local half, the k most local heads, k random ones and the k least local; per mode the accuracy
+lost against each head's mean attention distance, with Spearman's rho and a bootstrap 95% interval over images.
+``analysis.settings.head_ablation``: ``images`` (the first N; default all), ``draws`` (5) and ``resamples`` (1000).
 
-The mechanism: forward hooks that act per row of the batch, so several ablations run stacked in one batch. Mean
-ablation overwrites the head's channels of the input of ``proj`` with their mean over the analysis images at each
-token; uniform ablation zeroes the head's queries at the output of ``q_norm``, so every score is 0 and the softmax
-exactly ``1 / T`` (the fused path keeps running). The hooks rely on the layout of timm's ``Attention.forward``, which
-tests/analysis/test_head_removal.py pins against a hand-written attention.
+Forward hooks act per row of the batch, so several ablations run stacked in one batch. Mean ablation overwrites the
+head's channels of the input of ``proj`` with their mean over the images at each token; uniform ablation zeroes the
+head's queries at the output of ``q_norm``, so the softmax is exactly ``1 / T`` (the fused path keeps running).
+tests/analysis/test_head_removal.py pins this layout of timm's ``Attention.forward`` against a hand-written one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Do the learned position embeddings learn the 2-D grid? (docs/design.md §4; Dosovitskiy et al. 2021, Fig. 7.)
-
-The ViT starts its position embeddings from random values. ``position_similarity`` is the cosine similarity between
-every pair of patch embeddings (the CLS position left out), ``(N, N)``; ``grid_correlation`` is one number per model,
-Spearman's rho between two patches' similarity and the distance between their centres over the pairs ``i < j``:
-strongly negative for a grid-like embedding (near patches alike, far ones not), about 0 for random ones. One
-``(N, D)`` matmul and a sort of the pairs: cheap enough to track from initialisation on. Per run the per-patch maps,
-``position_similarity.png``, and rho, shown in the ladder report.
+"""Do the learned position embeddings (random at initialisation) learn the 2-D grid? (docs/design.md §4; Dosovitskiy
+et al. 2021, Fig. 7.) Per run ``position_similarity.png`` and ``grid_correlation``, Spearman's rho between two patches'
+similarity and their distance: strongly negative for a grid-like embedding, about 0 for random ones; cheap enough to
+track from initialisation on.
 """
 
 from __future__ import annotations
