@@ -194,9 +194,7 @@ def ablate(
 
 
 def _mask(shape: tuple[int, int], flat_indices: Tensor) -> Tensor:
-    mask = torch.zeros(shape[0] * shape[1], dtype=torch.bool)
-    mask[flat_indices] = True
-    return mask.view(shape)  # (L, H)
+    return torch.zeros(shape[0] * shape[1], dtype=torch.bool).index_fill_(0, flat_indices, True).view(shape)  # (L, H)
 
 
 def ablation_plan(
@@ -228,13 +226,9 @@ def ablation_plan(
 def bootstrap_spearman(
     distance: Tensor, clean_correct: Tensor, correct: Tensor, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float, float]:
-    """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs, with a
-    percentile bootstrap interval over images: ``(rho, low, high)``.
-
-    ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)`` say, per image, whether the clean and each ablated model got
-    it right. Each resample draws ``N`` images with replacement (seeded) and recomputes every head's accuracy drop
-    and rho; resamples where rho is undefined (all drops tied) are left out of the interval.
-    """
+    """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs (from
+    ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)``), with a seeded percentile bootstrap interval over images:
+    ``(rho, low, high)``; resamples where rho is undefined (all drops tied) are left out of the interval."""
     clean, ablated = clean_correct.double(), correct.double()  # (N,), (n, N)
     num_images = clean.numel()
     rho = float(spearman(distance, clean.mean() - ablated.mean(dim=1)))
@@ -257,17 +251,15 @@ def head_ablation(
     ks: Sequence[int] = KS,
     draws: int = 5,
     seed: int = 0,
-    modes: Sequence[Mode] = MODES,
     batch_size: int = 250,
-    stack: int = 6,
     resamples: int = 1000,
 ) -> tuple[list[dict], dict[str, float]]:
     """Every ablation of ``ablation_plan`` on ``images`` ``(N, 3, H, W)`` (normalised) with ``labels`` ``(N,)``, heads
     ranked by ``distance`` ``(L, H)``: ablation.csv's rows (a single head's with its distance) and the probe's
     scalars: the clean accuracy; per mode the drop (pts) without the k most and least local heads, the random draws'
     mean and sample std (NaN for one draw), and ``bootstrap_spearman`` over the single heads (seeded by ``seed``)."""
-    plan = ablation_plan(distance, ks, draws, seed, modes)
-    outcomes = ablate(model, images, labels, plan, batch_size, stack)
+    plan = ablation_plan(distance, ks, draws, seed)
+    outcomes = ablate(model, images, labels, plan, batch_size)
     distance = distance.detach().cpu()
     clean = float(outcomes.clean_correct.double().mean())
     accuracy = outcomes.correct.double().mean(dim=1)  # (A,)
@@ -296,7 +288,7 @@ def head_ablation(
         )
 
     scalars = {"ablation_clean_accuracy": clean}
-    for mode in modes:
+    for mode in MODES:
         for k in sorted({a.size for a in plan if a.group == "most_local" and a.mode == mode}):
             scalars[f"ablation_{mode}_most_local_{k}_drop_pts"] = float(drops("most_local", mode, k)[0])
             random = drops("random", mode, k)
