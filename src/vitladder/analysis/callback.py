@@ -50,18 +50,9 @@ class AttentionAnalysis(L.Callback):
         self.out_dir, self.probes, self.settings = Path(self.out_dir), tuple(self.probes), dict(self.settings or {})
 
     @classmethod
-    def from_config(
-        cls,
-        analysis_cfg: DictConfig,
-        out_dir: Path,
-        rung: str,
-        patch_px: int,
-        seed: int = 0,
-        data: ImageDataModule | None = None,
-    ) -> AttentionAnalysis:
-        """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig)."""
-        block = OmegaConf.to_container(analysis_cfg, resolve=True)  # every key a constructor argument
-        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed, data=data, **block)
+    def from_config(cls, cfg: DictConfig, out_dir: Path, rung: str, patch_px: int, seed: int = 0, data=None):
+        """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig): every key an argument."""
+        return cls(out_dir, rung, patch_px, seed=seed, data=data, **OmegaConf.to_container(cfg, resolve=True))
 
     def context(self, image_size: int, stats: ChannelStats, classes: Sequence[str] | None) -> Context:
         """What the probes are told besides the model and the images."""
