@@ -131,9 +131,17 @@ def load_run_config(meta: LoadedModel, overrides: Sequence[str] = ()) -> DictCon
 
 
 def test_split(cfg: DictConfig) -> tuple[Tensor, Tensor, tuple[str, ...]]:
-    """The run's test split as training's datamodule holds it: (images uint8, labels, classes)."""
-    from vitladder.data.datamodule import ImageDataModule
+    """The run's test split, in the same order as in training: (images uint8, labels, classes)."""
+    from vitladder.data import sources
+    from vitladder.data.datamodule import split_train_val_test
 
-    data = ImageDataModule(cfg.data)
-    data.setup()
-    return data.test.images, data.test.labels, tuple(data.classes)
+    data = cfg.data
+    splits = sources.load(data)
+    _, _, test = split_train_val_test(
+        splits,
+        val_size=int(data.val_size),
+        split_seed=int(data.split_seed),
+        train_subset=data.train_subset,
+        test_subset=data.test_subset,
+    )
+    return test.images, test.labels, tuple(splits.classes)
