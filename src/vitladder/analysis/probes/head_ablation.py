@@ -60,12 +60,6 @@ class Ablation:
         return " ".join(f"{int(layer)}.{int(head)}" for layer, head in self.heads.nonzero())
 
 
-def _check_vit(model: nn.Module) -> None:
-    attns = [getattr(block, "attn", None) for block in getattr(model, "blocks", ())]
-    if not attns or not all(isinstance(a, Attention) and isinstance(a.norm, nn.Identity) for a in attns):
-        raise ValueError("head ablation needs a timm VisionTransformer whose heads reach proj unmixed (no scale_norm)")
-
-
 def _batches(model: nn.Module, images: Tensor, batch_size: int) -> Iterator[Tensor]:
     param = next(model.parameters())
     for start in range(0, len(images), batch_size):
@@ -97,9 +91,6 @@ def ablated_logits(
     """Logits ``(A, B, C)`` from block ``start``'s input ``hidden`` ``(B, T, D)`` under each ablation, stacked in one
     batch: row ``a * B + b`` removes the heads of ``ablations[a]``. ``head_means`` (``head_output_means``) serve mean
     ablation. The caller sets eval mode and no gradients."""
-    _check_vit(model)
-    if not ablations:
-        raise ValueError("no ablations to run")
     if any(a.start < start for a in ablations):
         raise ValueError(f"an ablation removes a head below layer {start}, whose input is given")
     if any(a.mode == "mean" for a in ablations) and head_means is None:
@@ -166,7 +157,9 @@ def ablate(
     ``batch_size`` one clean forward keeps every block's input, then the ablations that share their first removed
     layer run from there, ``stack`` at a time in one batch. Eval mode (restored), no gradients, on the model's
     device; results on the CPU."""
-    _check_vit(model)
+    attns = [getattr(block, "attn", None) for block in getattr(model, "blocks", ())]
+    if not attns or not all(isinstance(a, Attention) and isinstance(a.norm, nn.Identity) for a in attns):
+        raise ValueError("head ablation needs a timm VisionTransformer whose heads reach proj unmixed (no scale_norm)")
     if images.ndim != 4 or len(images) == 0 or labels.shape != (len(images),):
         shapes = f"{tuple(images.shape)} and {tuple(labels.shape)}"
         raise ValueError(f"expected images (N, 3, H, W) with N > 0 and labels (N,), got {shapes}")
