@@ -43,8 +43,7 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     layers = np.arange(values.shape[0])
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    for h in range(values.shape[1]):
-        ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
+    ax.scatter(layers.repeat(values.shape[1]), values.ravel(), s=18, color="tab:blue", alpha=0.55, label="head")
     mean_label = "layer mean (6 heads)" if values.shape[1] == 6 else "layer mean"
     ax.plot(layers, values.mean(axis=1), "o-", color="black", label=mean_label)
     if uniform is not None:
