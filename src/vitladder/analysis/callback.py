@@ -50,7 +50,15 @@ class AttentionAnalysis(L.Callback):
         self.out_dir, self.probes, self.settings = Path(self.out_dir), tuple(self.probes), dict(self.settings or {})
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, out_dir: Path, rung: str, patch_px: int, seed: int = 0, data=None):
+    def from_config(
+        cls,
+        cfg: DictConfig,
+        out_dir: Path,
+        rung: str,
+        patch_px: int,
+        seed: int = 0,
+        data: ImageDataModule | None = None,
+    ) -> AttentionAnalysis:
         """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig): every key an argument."""
         return cls(out_dir, rung, patch_px, seed=seed, data=data, **OmegaConf.to_container(cfg, resolve=True))
 
