@@ -64,8 +64,7 @@ def plot_position_similarity(similarity: Tensor, grid: int, title: str = "") -> 
     ax.set_xticks(centres, [str(c + 1) for c in range(grid)])
     ax.set_yticks(centres, [str(r + 1) for r in range(grid)])
     ax.tick_params(length=0)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
+    ax.spines[:].set_visible(False)
     ax.set(xlabel="input patch column", ylabel="input patch row")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03, label="cosine similarity")
     heading = f"Position embedding similarity (Spearman vs distance {grid_correlation(similarity, grid):+.2f})"
