@@ -6,7 +6,7 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-from vitladder.analysis.capture import attention_modules, capture_attention, unfused_attention
+from vitladder.analysis.capture import attention_modules, capture_attention
 
 DEPTH, HEADS, TOKENS = 7, 6, 65
 
@@ -33,10 +33,15 @@ def test_fused_flags_restored(model: VisionTransformer, images: torch.Tensor) ->
     assert all(m.fused_attn for m in mods)
     # A mixed setting comes back module by module, also after an error inside the block.
     mods[2].fused_attn = False
+
+    def boom(_module, _args) -> None:
+        assert not any(m.fused_attn for m in mods)  # every module on its explicit path
+        raise RuntimeError("boom")
+
+    hook = model.blocks[-1].register_forward_pre_hook(boom)
     with pytest.raises(RuntimeError, match="boom"):
-        with unfused_attention(model):
-            assert not any(m.fused_attn for m in mods)
-            raise RuntimeError("boom")
+        capture_attention(model, images)
+    hook.remove()
     assert [m.fused_attn for m in mods] == [True, True, False, True, True, True, True]
     mods[2].fused_attn = True
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from vitladder.analysis.head_removal import Ablation, ablate, ablated_logits, block_inputs, head_output_means
+from vitladder.analysis.probes.head_ablation import Ablation, ablate, ablated_logits, block_inputs, head_output_means
 
 DEPTH, HEADS, DIM = 3, 4, 16  # a tiny ViT: 16 px images, 4 px patches, T = 17 tokens
 HEAD_DIM = DIM // HEADS

@@ -1,12 +1,7 @@
-"""The Lightning callback that runs the configured probes (``analysis.probes``) during and after training, on global
-rank zero only, in eval mode (the model's own mode restored).
-
-- During training (once at initialisation, then every ``track_every_n_epochs`` epochs): each probe's ``track`` over
-  the first ``track_images`` validation images (training images when ``data.val_size`` is 0), logged as
-  ``track/<name>`` against ``epoch`` (epochs trained) and kept in a history that travels in the checkpoint.
-- After training, on the training device: every probe's ``run`` on the final model over the first ``num_images``
-  test images, written to ``out_dir`` and logged to the trainer's ``WandbLogger``, if any; ``scalars`` then holds
-  done.json's analysis numbers.
+"""The Lightning callback that runs the configured probes (``analysis.probes``), on global rank zero only, in eval
+mode: each probe's ``track`` at initialisation and every ``track_every_n_epochs`` epochs (``track/<name>`` against
+``epoch``, kept in a history that travels in the checkpoint); after training, on the training device, every probe's
+``run`` on the first ``num_images`` test images, written to ``out_dir`` and logged to a ``WandbLogger``, if any.
 """
 
 from __future__ import annotations
@@ -57,16 +52,15 @@ class AttentionAnalysis(L.Callback):
     @classmethod
     def from_config(
         cls,
-        analysis_cfg: DictConfig,
+        cfg: DictConfig,
         out_dir: Path,
         rung: str,
         patch_px: int,
         seed: int = 0,
         data: ImageDataModule | None = None,
     ) -> AttentionAnalysis:
-        """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig)."""
-        block = OmegaConf.to_container(analysis_cfg, resolve=True)  # every key a constructor argument
-        return cls(out_dir=out_dir, rung=rung, patch_px=patch_px, seed=seed, data=data, **block)
+        """From the ``analysis:`` block of the Hydra config (config_schema.AnalysisConfig): every key an argument."""
+        return cls(out_dir, rung, patch_px, seed=seed, data=data, **OmegaConf.to_container(cfg, resolve=True))
 
     def context(self, image_size: int, stats: ChannelStats, classes: Sequence[str] | None) -> Context:
         """What the probes are told besides the model and the images."""
@@ -86,8 +80,8 @@ class AttentionAnalysis(L.Callback):
     def analyse(
         self, model: nn.Module, images: Tensor, labels: Tensor, stats: ChannelStats, classes: Sequence[str] | None
     ) -> dict[str, Path]:
-        """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir``: sets
-        ``results``, ``files`` and ``scalars``; returns the files. scripts/analyze.py calls this too."""
+        """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir`` (scripts/analyze.py
+        calls this too): sets ``results``, ``files`` and ``scalars``; returns the files."""
         ctx = self.context(images.shape[-1], stats, classes)
         self.results = run_probes(model, images, labels, ctx, self.probes)
         self.files = write_results(self.results, self.out_dir)
@@ -104,8 +98,7 @@ class AttentionAnalysis(L.Callback):
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
     def tracking_split(self) -> Split:
-        """The validation images; with no validation split (data.val_size=0), the training images, whose first
-        ones are a fixed seeded sample (split_train_val_test) seen without augmentation."""
+        """The validation images; without them (data.val_size=0), the training images (a fixed seeded sample)."""
         return self.data.val if len(self.data.val.labels) else self.data.train
 
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:

@@ -1,10 +1,7 @@
-"""Attention probabilities from a timm ViT, and the mode every analysis runs the model in.
-
-Training keeps timm's fused attention, which never materialises the ``(B, H, T, T)`` probabilities. For one
-forward pass every ``Attention`` takes its explicit path (timm's own ``fused_attn`` switch), where ``attn_drop``,
-the identity in eval mode, receives the softmax probabilities, and a forward hook reads them. timm's
-``AttentionExtract`` reads the same module but leaves its hooks on the model (``method="hook"``) or traces the
-model afresh on every call (``"fx"``: seconds).
+"""Attention probabilities from a timm ViT, and the mode every analysis runs the model in. For one forward pass every
+``Attention`` leaves its fused path (timm's own ``fused_attn`` switch, which training keeps on), so ``attn_drop`` (the
+identity in eval mode) receives the ``(B, H, T, T)`` probabilities and a hook reads them. timm's ``AttentionExtract``
+reads the same module but leaves its hooks on the model (``method="hook"``) or traces it on every call (``"fx"``).
 """
 
 from __future__ import annotations
@@ -34,20 +31,6 @@ def attention_modules(model: nn.Module) -> list[Attention]:
     return [m for m in model.modules() if isinstance(m, Attention)]
 
 
-@contextmanager
-def unfused_attention(model: nn.Module) -> Iterator[None]:
-    """Every ``Attention`` on its explicit path; each one's own setting restored on exit, also after an error."""
-    modules = attention_modules(model)
-    previous = [m.fused_attn for m in modules]
-    try:
-        for m in modules:
-            m.fused_attn = False
-        yield
-    finally:
-        for m, fused in zip(modules, previous):
-            m.fused_attn = fused
-
-
 def capture_attention(
     model: nn.Module, images: Tensor, reduce: Callable[[Tensor], Tensor] | None = None
 ) -> tuple[Tensor, list[Tensor]]:
@@ -63,10 +46,14 @@ def capture_attention(
         maps.append(reduce(probs.float()) if reduce is not None else probs.float())  # no copy when float32
 
     hooks = [m.attn_drop.register_forward_hook(keep) for m in modules]
+    fused = [m.fused_attn for m in modules]  # each module's own setting, restored also after an error
     try:
-        with evaluating(model), unfused_attention(model):
+        for m in modules:
+            m.fused_attn = False
+        with evaluating(model):
             logits = model(images.to(next(model.parameters()).device, non_blocking=True))  # (B, C)
     finally:
-        for hook in hooks:
+        for hook, m, was_fused in zip(hooks, modules, fused):
             hook.remove()
+            m.fused_attn = was_fused
     return logits.float(), maps

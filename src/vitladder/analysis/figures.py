@@ -43,8 +43,7 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
     layers = np.arange(values.shape[0])
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    for h in range(values.shape[1]):
-        ax.scatter(layers, values[:, h], s=18, color="tab:blue", alpha=0.55, label="head" if h == 0 else None)
+    ax.scatter(layers.repeat(values.shape[1]), values.ravel(), s=18, color="tab:blue", alpha=0.55, label="head")
     mean_label = "layer mean (6 heads)" if values.shape[1] == 6 else "layer mean"
     ax.plot(layers, values.mean(axis=1), "o-", color="black", label=mean_label)
     if uniform is not None:
@@ -78,17 +77,13 @@ def plot_cls_attention(example: ExampleAttention, grid: int, title: str) -> Figu
     for layer in range(num_layers):
         axes[layer, 0].axis("off")
         axes[layer, 1].axis("off")
-        for h in range(num_heads):
-            _show_map(axes[layer, 2 + h], cls_maps[layer, h], grid)
-        _show_map(axes[layer, 2 + num_heads], cls_maps[layer].mean(axis=0), grid)
-        _show_map(axes[layer, 3 + num_heads], rollout[layer], grid)
+        for ax, grid_map in zip(axes[layer, 2:], [*cls_maps[layer], cls_maps[layer].mean(axis=0), rollout[layer]]):
+            _show_map(ax, grid_map, grid)
         axes[layer, 2].set_ylabel(f"layer {layer}")
     axes[0, 0].imshow(example.image.permute(1, 2, 0).numpy())
-    axes[0, 0].set_title("image", fontsize=9)
-    for h in range(num_heads):
-        axes[0, 2 + h].set_title(f"head {h}", fontsize=9)
-    axes[0, 2 + num_heads].set_title("head mean", fontsize=9)
-    axes[0, 3 + num_heads].set_title("rollout to here", fontsize=9)
+    names = ["image", "", *(f"head {h}" for h in range(num_heads)), "head mean", "rollout to here"]
+    for ax, name in zip(axes[0], names):
+        ax.set_title(name, fontsize=9)
     fig.suptitle(title)
     axes[-1, 0].text(
         0.0, 0.0, "each map\nscaled to its\nown maximum", fontsize=8, color="gray", transform=axes[-1, 0].transAxes
@@ -138,30 +133,24 @@ def layer_colors(num_layers: int) -> list:
     return [colormaps["viridis"](i / max(num_layers - 1, 1)) for i in range(num_layers)]
 
 
-@rc_context(PLAIN_TEXT)
 def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str) -> Figure:
     """Per-layer values over training, one panel per metric tracked (``declared("figures")``): ``history`` rows
     have epoch, layer and each metric's name; ``uniform`` (metric name -> value) adds a dashed line."""
-    metrics = declared("figures")
     layers = sorted({int(r["layer"]) for r in history})
-    colors = layer_colors(len(layers))
-    fig = Figure(figsize=(5 * len(metrics), 4))
-    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    for ax, metric in zip(axes, metrics):
-        key = metric.name
-        for color, layer in zip(colors, layers):  # rows from before the metric was declared lack it
-            rows = sorted((r for r in history if int(r["layer"]) == layer and key in r), key=lambda r: r["epoch"])
-            ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], "o-", ms=3, color=color, label=f"layer {layer}")
-        references = [uniform[key]] if key in uniform else []
-        if references:
-            ax.axhline(references[0], ls="--", color="tab:red", label="uniform")
-        top = max([r[key] for r in history if key in r] + references + [1e-9])
-        ax.set(xlabel="epochs trained (0: initialisation)", ylabel=metric.axis_label, ylim=(0, 1.1 * top))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-    axes[-1].legend(fontsize=7, ncol=2)
-    fig.suptitle(title)
-    return fig
+
+    def over_epochs(layer: int, key: str) -> tuple[list, list]:  # rows from before the metric was declared lack it
+        rows = sorted((r["epoch"], r[key]) for r in history if int(r["layer"]) == layer and key in r)
+        return [epoch for epoch, _ in rows], [value for _, value in rows]
+
+    panels = [
+        (
+            m.axis_label,
+            {f"layer {layer}": over_epochs(layer, m.name) for layer in layers},
+            {"uniform": uniform[m.name]} if m.name in uniform else {},
+        )
+        for m in declared("figures")
+    ]
+    return plot_epoch_lines(panels, title)
 
 
 def _lines(ax, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], references: Mapping[str, float]) -> None:

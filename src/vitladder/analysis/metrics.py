@@ -1,10 +1,7 @@
-"""What attention heads look at: pure tensor maths on attention ``A[b, h, q, k]`` of shape ``(B, H, T, T)``, rows
-summing to 1, over ``T = 1 + N`` tokens: token 0 is the CLS token, tokens ``1..N`` the patches of a ``g x g`` grid in
-row-major order. The definitions are docs/design.md §4's: each number is per head, averaged over the batch and the
-``N`` patch queries (the CLS query row is left out); a layer's value is the mean of its heads, which callers take.
-
-``METRICS`` at the end declares each per-head metric once; the CSVs, W&B keys, figures and the ladder report loop
-over it, so a new metric is one function and one entry.
+"""What attention heads look at: pure tensor maths on attention ``A[b, h, q, k]`` ``(B, H, T, T)``, rows summing to 1,
+over ``T = 1 + N`` tokens (token 0 CLS, then the patches of a ``g x g`` grid, row-major). docs/design.md §4: per head,
+averaged over the batch and the ``N`` patch queries (the CLS query row left out). ``METRICS`` declares each per-head
+metric once; every output loops over it, so a new metric is one function and one entry.
 """
 
 from __future__ import annotations
@@ -53,12 +50,9 @@ def _check_attention(attn: Tensor) -> int:
 
 
 def mean_attention_distance(attn: Tensor, patch_px: float, cls_convention: ClsConvention = "renormalise") -> Tensor:
-    """Mean attention distance per head in pixels, ``(H,)``.
-
-    ``"renormalise"`` (the project's definition) rescales each patch query's attention over the patch keys to sum
-    to 1, so attention parked on CLS does not shrink the distance; a query wholly on CLS counts 0. ``"drop"`` uses
-    ``A[q, 1:]`` as is, the convention of published code: the renormalised value times ``1 - A[q, 0]`` per query.
-    """
+    """Mean attention distance per head in pixels, ``(H,)``. ``"renormalise"`` (the project's definition) rescales each
+    patch query's attention over the patch keys to sum to 1 (a query wholly on CLS counts 0); ``"drop"`` (published
+    code's convention) uses ``A[q, 1:]`` as is: the renormalised value times ``1 - A[q, 0]`` per query."""
     grid = _check_attention(attn)
     if cls_convention not in ("renormalise", "drop"):
         raise ValueError(f"cls_convention must be 'renormalise' or 'drop', got {cls_convention!r}")
@@ -116,14 +110,10 @@ SHOWN = ("csv", "wandb", "report", "figures")  # each level adds to the one befo
 
 @dataclass(frozen=True)
 class HeadMetric:
-    """One per-head metric: how it is computed, and the one name every output uses for it.
-
-    ``shown`` says how far it reaches, each level adding to the one before: ``"csv"``: heads.csv and layers.csv;
-    ``"wandb"``: the rung's W&B run (per-layer summary scalars, a by-layer chart) and the report run's layers table;
-    ``"report"``: layer 1 in done.json and a layer-1 column (with its uniform value) of the ladder report;
-    ``"figures"``: tracked during training (tracking.csv, ``track/`` keys, locality.png, the report's
-    tracking_by_epoch.png and the W&B Report), a per-head figure ``<short>.png`` and ``<short>_by_layer.png``.
-    """
+    """One per-head metric: how it is computed, and the one name every output uses for it. ``shown``, each level adding
+    to the one before: ``"csv"`` heads.csv and layers.csv; ``"wandb"`` the W&B runs' by-layer scalars, tables and
+    charts; ``"report"`` layer 1 in done.json and the ladder report; ``"figures"`` tracked during training
+    (tracking.csv, ``track/``, locality.png, tracking_by_epoch.png), ``<short>.png`` and ``<short>_by_layer.png``."""
 
     name: str  # CSV column, W&B key and table column, with its unit: "distance_px"
     fn: Callable[[Tensor, float], Tensor]  # (attention (B, H, T, T), patch px) -> per head (H,)

@@ -1,9 +1,6 @@
-"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``) over many images, and one
-example image's CLS maps and rollout (the cls_attention probe's).
-
-``analyse`` streams the images batch by batch and reduces each layer's ``(B, H, T, T)`` map to per-head numbers
-inside the capture hook, so memory holds one batch of one layer however many images are analysed. Per-head values
-are weighted by batch size, so they do not depend on ``batch_size``.
+"""One model's attention, summarised: every declared per-head metric (``metrics.METRICS``) over many images, reduced
+inside the capture hook (memory holds one batch of one layer) and weighted by batch size (``batch_size`` changes
+nothing); and one example image's CLS maps and rollout.
 """
 
 from __future__ import annotations
@@ -79,8 +76,7 @@ class AttentionSummary:
 def analyse(
     model: nn.Module, images_u8: Tensor, batch_size: int, patch_px: int, stats: ChannelStats
 ) -> AttentionSummary:
-    """Summarise ``model``'s attention over ``images_u8`` ``(N, 3, S, S)`` uint8, normalised with the statistics the
-    model trained with. Eval mode (the model's own restored), a compiled model run eagerly."""
+    """``model``'s attention over ``images_u8`` ``(N, 3, S, S)`` uint8, normalised with the model's ``stats``."""
     if images_u8.dtype != torch.uint8 or images_u8.ndim != 4 or len(images_u8) == 0:
         raise ValueError(
             f"expected (N, 3, H, W) uint8 images with N > 0, got {tuple(images_u8.shape)} {images_u8.dtype}"

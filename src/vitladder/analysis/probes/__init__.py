@@ -1,11 +1,8 @@
 """What is asked of a trained model: one module per probe, found by name from ``analysis.probes`` (modules whose name
-starts with ``_`` are helpers, as in ``data/sources/``).
-
-A probe defines ``run(model, images, labels, ctx) -> Result``: from the model (eval mode, no gradients, on the training
-device), the analysis images ``(N, 3, S, S)`` uint8 on that device with their labels ``(N,)`` and a :class:`Context`,
-its tables, figures and scalars. Optionally ``track(model, images, ctx) -> {name: float}``, measured during training
-(``track/<name>`` against ``epoch``, handed back to ``run`` in ``ctx.history``), ``columns()`` and ``by_layer()``, how
-the ladder report shows it. The files, W&B, done.json and the report loop over the configured probes.
+starts with ``_`` are helpers). A probe defines ``run(model, images, labels, ctx) -> Result`` (eval mode, no gradients,
+``(N, 3, S, S)`` uint8 images and ``(N,)`` labels on the training device) and optionally ``track(model, images, ctx)
+-> {name: float}`` (measured during training, handed back in ``ctx.history``), ``columns()`` and ``by_layer()`` (how
+the ladder report shows it). README "Adding an analysis" says the rest.
 """
 
 from __future__ import annotations
@@ -55,44 +52,35 @@ class Chart:
 
 @dataclass
 class Result:
-    """tables: name -> rows (``<name>.csv``, W&B table ``analysis/<name>``); figures: name -> figure
-    (``<name>.png``, W&B image ``analysis/figures/<name>``); scalars: name -> number (done.json, the W&B summary
-    ``analysis/<name>``, the ladder report); charts: name -> chart (W&B ``analysis/<name>``)."""
+    """What a probe makes, by name; W&B keys ``analysis/<name>``."""
 
-    tables: dict[str, list[dict]] = field(default_factory=dict)
-    figures: dict[str, Figure] = field(default_factory=dict)
-    scalars: dict[str, float] = field(default_factory=dict)
-    charts: dict[str, Chart] = field(default_factory=dict)
+    tables: dict[str, list[dict]] = field(default_factory=dict)  # <name>.csv, a W&B table
+    figures: dict[str, Figure] = field(default_factory=dict)  # <name>.png, the W&B image analysis/figures/<name>
+    scalars: dict[str, float] = field(default_factory=dict)  # done.json, the W&B summary, the ladder report
+    charts: dict[str, Chart] = field(default_factory=dict)  # W&B custom charts over the tables
 
 
 @dataclass(frozen=True)
 class Column:
-    """A scalar as the ladder report shows it: ladder.csv's column ``key`` (the mean over seeds, with
-    ``<key>_ci95`` when ``ci``) and, with a ``header``, a report.md column: the mean (± 95% CI when ``ci``)
-    in ``digits`` decimals, or ``text(values)`` where given (``values(key)``: one value per seed).
-    ``reference(figures)``: a "ref." cell beside it from the rung's reference figures. ``track``: the name of its
-    value tracked during training (``track/<track>``): a line per rung against epoch in the W&B Report and in the
-    report's tracking_by_epoch.png. ``by_rung``: a chart of it by rung in the W&B report run,
-    ``report/<by_rung>_by_rung``, beside the rung's reference figure of the same key. ``uniform``: the column of
-    its value under uniform attention, drawn in both as the baseline."""
+    """A scalar as the ladder report shows it: ladder.csv's column ``key`` (the mean over seeds) and, with a
+    ``header``, a report.md column."""
 
     key: str
     header: str | None = None
     digits: int = 1
-    ci: bool = True
-    reference: Callable[[Mapping], str] | None = None
-    text: Callable[[Callable[[str], list[float]]], str] | None = None
-    track: str | None = None
-    by_rung: str | None = None
-    uniform: str | None = None
+    ci: bool = True  # with <key>_ci95 in ladder.csv, ± 95% CI in report.md
+    reference: Callable[[Mapping], str] | None = None  # (the rung's reference figures) -> a "ref." cell beside it
+    text: Callable[[Callable[[str], list[float]]], str] | None = None  # (values(key): one per seed) -> the cell
+    track: str | None = None  # its value tracked during training (track/<track>): a line per rung against epoch
+    by_rung: str | None = None  # a chart by rung in the W&B report run, report/<by_rung>_by_rung
+    uniform: str | None = None  # the column of its value under uniform attention, drawn as the baseline
 
 
 @dataclass(frozen=True)
 class ByLayer:
-    """A per-layer value as the ladder report draws it: column ``name`` of the run's ``<table>.csv`` (one row per
-    layer), the mean over seeds: a column of the W&B report run's ``layers`` table and, with ``figure``, a line per
-    rung in the report's ``<short>_by_layer.png`` (the column ``uniform`` dashed) and the chart
-    ``report/<name>_by_layer``."""
+    """A per-layer value as the ladder report draws it: column ``name`` of the run's ``<table>.csv``, the mean over
+    seeds: a column of the W&B report run's ``layers`` table and, with ``figure``, a line per rung in
+    ``<short>_by_layer.png`` (the column ``uniform`` dashed) and the chart ``report/<name>_by_layer``."""
 
     name: str
     label: str  # what it measures, for titles: "mean attention distance"
@@ -132,8 +120,8 @@ def by_layer(names: Sequence[str]) -> tuple[ByLayer, ...]:
 def run_probes(
     model: nn.Module, images: Tensor, labels: Tensor, ctx: Context, names: Sequence[str]
 ) -> dict[str, Result]:
-    """Every probe of ``names`` on ``images`` ``(N, 3, S, S)`` uint8 and ``labels`` ``(N,)``: {name: Result}.
-    Two probes naming the same output is an error: each file, table and scalar has one maker."""
+    """Every probe of ``names`` on ``images`` ``(N, 3, S, S)`` uint8 and ``labels`` ``(N,)``: {name: Result}; each
+    file, table and scalar has one maker."""
     from vitladder.analysis.capture import evaluating
 
     results: dict[str, Result] = {}

@@ -1,37 +1,193 @@
-"""Do the local heads matter? (docs/design.md §4; the mechanism: ``analysis/head_removal.py``.) Each head removed (mean
-and uniform ablation), each layer's more local half of heads against its less local half, and the k most local heads
-against k random ones and the k least local: ``ablation.csv``; per mode the accuracy lost against each head's mean
-attention distance, and Spearman's rho between the two with a bootstrap 95% interval over images (negative: the more
-local a head, the more its removal costs).
+"""Do the local heads matter? (docs/design.md §4.) ``ablation.csv``: each head removed, each layer's more local half
+of heads and its less local half, the k most local heads, k random ones and the k least local; per mode the accuracy
+lost against each head's mean attention distance, with Spearman's rho and a bootstrap 95% interval over images.
+``analysis.settings.head_ablation``: ``images`` (the first N; default all), ``draws`` (5) and ``resamples`` (1000).
 
-``analysis.settings.head_ablation`` may set ``images`` (the first N analysis images; default all), ``draws``
-(random sets per k, 5) and ``resamples`` (bootstrap resamples, 1000): the smoke profile takes fewer.
+Forward hooks act per row of the batch, so several ablations run stacked in one batch. Mean ablation overwrites the
+head's channels of the input of ``proj`` with their mean over the images at each token; uniform ablation zeroes the
+head's queries at the output of ``q_norm``, so the softmax is exactly ``1 / T`` (the fused path keeps running).
+tests/analysis/test_head_removal.py pins this layout of timm's ``Attention.forward`` against a hand-written one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from timm.layers.attention import Attention
 from torch import Tensor, nn
 
+from vitladder.analysis.capture import evaluating
 from vitladder.analysis.correlation import spearman
 from vitladder.analysis.figures import PLAIN_TEXT, layer_colors
-from vitladder.analysis.head_removal import MODES, Ablation, Mode, ablate
 from vitladder.analysis.probes import Chart, Column, Context, Result
 from vitladder.analysis.summary import analyse, model_inputs
 
+Mode = Literal["mean", "uniform"]
+MODES: tuple[Mode, ...] = ("mean", "uniform")
 DEFAULTS = {"images": None, "draws": 5, "resamples": 1000}  # conf/config.yaml sets them; a bare Context has these
 KS = (3, 6)  # model-wide groups: the k most local, least local and random heads
 K = max(KS)  # the report's sentence: the 6 most local heads against 6 random ones
 
 
+@dataclass(frozen=True, eq=False)
+class Ablation:
+    """Heads removed together, in one mode."""
+
+    group: str  # "head", "local_half", "nonlocal_half", "most_local", "least_local" or "random"
+    mode: Mode
+    heads: Tensor  # (L, H) bool, True where removed
+    draw: int | None = None  # which random draw
+
+    @property
+    def start(self) -> int:
+        """The first layer with a removed head: the blocks below it run as in the clean model."""
+        return int(self.heads.any(dim=1).nonzero()[0])
+
+    @property
+    def size(self) -> int:
+        return int(self.heads.sum())
+
+    @property
+    def label(self) -> str:
+        """The removed heads as ``layer.head``, e.g. ``"0.3 2.1"``."""
+        return " ".join(f"{int(layer)}.{int(head)}" for layer, head in self.heads.nonzero())
+
+
+def _batches(model: nn.Module, images: Tensor, batch_size: int) -> Iterator[Tensor]:
+    param = next(model.parameters())
+    for start in range(0, len(images), batch_size):
+        yield images[start : start + batch_size].to(param.device, param.dtype, non_blocking=True)
+
+
+def head_output_means(model: nn.Module, images: Tensor, batch_size: int) -> Tensor:
+    """Each head's output averaged over ``images`` at each token, ``(L, T, H, head_dim)`` float32: what mean ablation
+    puts in its place. The caller sets eval mode and no gradients."""
+    sums: list[Tensor | float] = [0.0] * len(model.blocks)  # per layer (T, H * head_dim)
+
+    def add(layer: int, _module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        sums[layer] = args[0].float().sum(dim=0) + sums[layer]
+
+    hooks = [block.attn.proj.register_forward_pre_hook(partial(add, i)) for i, block in enumerate(model.blocks)]
+    try:
+        for batch in _batches(model, images, batch_size):
+            model(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    attn = model.blocks[0].attn
+    return (torch.stack(sums) / len(images)).unflatten(-1, (attn.num_heads, attn.head_dim))  # type: ignore[arg-type]
+
+
+def ablated_logits(
+    model: nn.Module, hidden: Tensor, start: int, ablations: Sequence[Ablation], head_means: Tensor | None = None
+) -> Tensor:
+    """Logits ``(A, B, C)`` from block ``start``'s input ``hidden`` ``(B, T, D)`` under each ablation, stacked in one
+    batch: row ``a * B + b`` removes the heads of ``ablations[a]``. ``head_means`` (``head_output_means``) serve mean
+    ablation. The caller sets eval mode and no gradients."""
+    if any(a.start < start for a in ablations):
+        raise ValueError(f"an ablation removes a head below layer {start}, whose input is given")
+    if any(a.mode == "mean" for a in ablations) and head_means is None:
+        raise ValueError("mean ablation needs head_means (head_output_means over the analysis images)")
+    rows = {}  # mode -> (A*B, L, H) bool: the heads removed in each row of the stacked batch
+    for mode in {a.mode for a in ablations}:
+        masks = torch.stack([a.heads & (a.mode == mode) for a in ablations])  # (A, L, H)
+        rows[mode] = masks.repeat_interleave(len(hidden), dim=0).to(hidden.device)
+
+    def uniform(layer: int, _module: nn.Module, _args: tuple[Tensor, ...], q: Tensor) -> Tensor:
+        return q.masked_fill(rows["uniform"][:, layer, :, None, None], 0.0)  # q (A*B, H, T, head_dim)
+
+    def mean(layer: int, _module: nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor]:
+        means = head_means[layer].to(args[0])  # type: ignore[index]  # (T, H, head_dim)
+        heads = args[0].unflatten(-1, means.shape[-2:])  # (A*B, T, H, head_dim): the input of proj, head by head
+        return (torch.where(rows["mean"][:, layer, None, :, None], means, heads).flatten(-2),)
+
+    hooks = []
+    for layer in range(start, len(model.blocks)):
+        attn = model.blocks[layer].attn
+        hooks += [attn.q_norm.register_forward_hook(partial(uniform, layer))] if "uniform" in rows else []
+        hooks += [attn.proj.register_forward_pre_hook(partial(mean, layer))] if "mean" in rows else []
+    try:
+        x = hidden.repeat(len(ablations), 1, 1)  # (A*B, T, D), ablation-major
+        for block in model.blocks[start:]:
+            x = block(x)
+        return model.forward_head(model.norm(x)).unflatten(0, (len(ablations), len(hidden)))
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def block_inputs(model: nn.Module, images: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Clean logits ``(B, C)`` and the input of every block ``[(B, T, D)] * L``."""
+    inputs: list[Tensor] = []
+    hooks = [block.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for block in model.blocks]
+    try:
+        logits = model(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits, inputs
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Per image: correct or not, and the cross-entropy, clean and under each ablation (CPU)."""
+
+    clean_correct: Tensor  # (N,) bool
+    clean_loss: Tensor  # (N,) float32
+    correct: Tensor  # (A, N) bool
+    loss: Tensor  # (A, N) float32
+
+
+def ablate(
+    model: nn.Module,
+    images: Tensor,
+    labels: Tensor,
+    ablations: Sequence[Ablation],
+    batch_size: int = 250,
+    stack: int = 6,
+) -> Outcomes:
+    """Run ``ablations`` on ``images`` ``(N, 3, H, W)`` (normalised) with ``labels`` ``(N,)``: per batch of
+    ``batch_size`` one clean forward keeps every block's input, then the ablations that share their first removed
+    layer run from there, ``stack`` at a time in one batch. Eval mode (restored), no gradients, on the model's
+    device; results on the CPU."""
+    attns = [getattr(block, "attn", None) for block in getattr(model, "blocks", ())]
+    if not attns or not all(isinstance(a, Attention) and isinstance(a.norm, nn.Identity) for a in attns):
+        raise ValueError("head ablation needs a timm VisionTransformer whose heads reach proj unmixed (no scale_norm)")
+    if images.ndim != 4 or len(images) == 0 or labels.shape != (len(images),):
+        shapes = f"{tuple(images.shape)} and {tuple(labels.shape)}"
+        raise ValueError(f"expected images (N, 3, H, W) with N > 0 and labels (N,), got {shapes}")
+    device = next(model.parameters()).device
+    labels = labels.to(device)
+    correct = torch.zeros(len(ablations), len(images), dtype=torch.bool, device=device)  # (A, N)
+    loss = torch.zeros(len(ablations), len(images), device=device)  # (A, N)
+    by_start: dict[int, list[int]] = {}
+    for index, ablation in enumerate(ablations):
+        by_start.setdefault(ablation.start, []).append(index)
+    chunks = [(start, ids[i : i + stack]) for start, ids in sorted(by_start.items()) for i in range(0, len(ids), stack)]
+    clean_correct, clean_loss = [], []
+    with evaluating(model):
+        means = head_output_means(model, images, batch_size) if any(a.mode == "mean" for a in ablations) else None
+        for offset, batch in zip(range(0, len(images), batch_size), _batches(model, images, batch_size)):
+            span, y = slice(offset, offset + len(batch)), labels[offset : offset + len(batch)]  # y (B,)
+            logits, inputs = block_inputs(model, batch)  # (B, C), [(B, T, D)] * L
+            clean_correct.append(logits.argmax(dim=-1) == y)
+            clean_loss.append(F.cross_entropy(logits.float(), y, reduction="none"))
+            for start, chunk in chunks:
+                out = ablated_logits(model, inputs[start], start, [ablations[i] for i in chunk], means).float()
+                correct[chunk, span] = out.argmax(dim=-1) == y  # out (K, B, C)
+                loss[chunk, span] = F.cross_entropy(out.transpose(1, 2), y.expand(len(chunk), -1), reduction="none")
+    return Outcomes(torch.cat(clean_correct).cpu(), torch.cat(clean_loss).cpu(), correct.cpu(), loss.cpu())
+
+
 def _mask(shape: tuple[int, int], flat_indices: Tensor) -> Tensor:
-    mask = torch.zeros(shape[0] * shape[1], dtype=torch.bool)
-    mask[flat_indices] = True
-    return mask.view(shape)  # (L, H)
+    return torch.zeros(shape[0] * shape[1], dtype=torch.bool).index_fill_(0, flat_indices, True).view(shape)  # (L, H)
 
 
 def ablation_plan(
@@ -63,13 +219,9 @@ def ablation_plan(
 def bootstrap_spearman(
     distance: Tensor, clean_correct: Tensor, correct: Tensor, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float, float]:
-    """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs, with a
-    percentile bootstrap interval over images: ``(rho, low, high)``.
-
-    ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)`` say, per image, whether the clean and each ablated model got
-    it right. Each resample draws ``N`` images with replacement (seeded) and recomputes every head's accuracy drop
-    and rho; resamples where rho is undefined (all drops tied) are left out of the interval.
-    """
+    """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs (from
+    ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)``), with a seeded percentile bootstrap interval over images:
+    ``(rho, low, high)``; resamples where rho is undefined (all drops tied) are left out of the interval."""
     clean, ablated = clean_correct.double(), correct.double()  # (N,), (n, N)
     num_images = clean.numel()
     rho = float(spearman(distance, clean.mean() - ablated.mean(dim=1)))
@@ -92,17 +244,15 @@ def head_ablation(
     ks: Sequence[int] = KS,
     draws: int = 5,
     seed: int = 0,
-    modes: Sequence[Mode] = MODES,
     batch_size: int = 250,
-    stack: int = 6,
     resamples: int = 1000,
 ) -> tuple[list[dict], dict[str, float]]:
     """Every ablation of ``ablation_plan`` on ``images`` ``(N, 3, H, W)`` (normalised) with ``labels`` ``(N,)``, heads
     ranked by ``distance`` ``(L, H)``: ablation.csv's rows (a single head's with its distance) and the probe's
     scalars: the clean accuracy; per mode the drop (pts) without the k most and least local heads, the random draws'
     mean and sample std (NaN for one draw), and ``bootstrap_spearman`` over the single heads (seeded by ``seed``)."""
-    plan = ablation_plan(distance, ks, draws, seed, modes)
-    outcomes = ablate(model, images, labels, plan, batch_size, stack)
+    plan = ablation_plan(distance, ks, draws, seed)
+    outcomes = ablate(model, images, labels, plan, batch_size)
     distance = distance.detach().cpu()
     clean = float(outcomes.clean_correct.double().mean())
     accuracy = outcomes.correct.double().mean(dim=1)  # (A,)
@@ -131,7 +281,7 @@ def head_ablation(
         )
 
     scalars = {"ablation_clean_accuracy": clean}
-    for mode in modes:
+    for mode in MODES:
         for k in sorted({a.size for a in plan if a.group == "most_local" and a.mode == mode}):
             scalars[f"ablation_{mode}_most_local_{k}_drop_pts"] = float(drops("most_local", mode, k)[0])
             random = drops("random", mode, k)

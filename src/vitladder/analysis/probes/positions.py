@@ -1,11 +1,7 @@
-"""Do the learned position embeddings learn the 2-D grid? (docs/design.md §4; Dosovitskiy et al. 2021, Fig. 7.)
-
-The ViT starts its position embeddings from random values. ``position_similarity`` is the cosine similarity between
-every pair of patch embeddings (the CLS position left out), ``(N, N)``; ``grid_correlation`` is one number per model,
-Spearman's rho between two patches' similarity and the distance between their centres over the pairs ``i < j``:
-strongly negative for a grid-like embedding (near patches alike, far ones not), about 0 for random ones. One
-``(N, D)`` matmul and a sort of the pairs: cheap enough to track from initialisation on. Per run the per-patch maps,
-``position_similarity.png``, and rho, shown in the ladder report.
+"""Do the learned position embeddings (random at initialisation) learn the 2-D grid? (docs/design.md §4; Dosovitskiy
+et al. 2021, Fig. 7.) Per run ``position_similarity.png`` and ``grid_correlation``, Spearman's rho between two patches'
+similarity and their distance: strongly negative for a grid-like embedding, about 0 for random ones; cheap enough to
+track from initialisation on.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ def plot_position_similarity(similarity: Tensor, grid: int, title: str = "") -> 
     ax.set_xticks(centres, [str(c + 1) for c in range(grid)])
     ax.set_yticks(centres, [str(r + 1) for r in range(grid)])
     ax.tick_params(length=0)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
+    ax.spines[:].set_visible(False)
     ax.set(xlabel="input patch column", ylabel="input patch row")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03, label="cosine similarity")
     heading = f"Position embedding similarity (Spearman vs distance {grid_correlation(similarity, grid):+.2f})"
