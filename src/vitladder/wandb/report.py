@@ -1,7 +1,5 @@
-"""The ladder in W&B: its one report run, whose id is derived from project and ladder so that rebuilding the report
-continues it, and a saved W&B Report built from code (wandb-workspaces), whose panels read only keys the project's
-runs log. Rungs with several seeds are one line each there: runs grouped by ``config.rung``, mean and standard error.
-"""
+"""The ladder's saved W&B Report, built from code (wandb-workspaces): its panels read only keys the project's runs
+log; a rung of several seeds is one line (runs grouped by ``config.rung``: mean and standard error)."""
 
 from __future__ import annotations
 
@@ -26,8 +24,8 @@ READING = (
 def build_wandb_report(
     project: str, entity: str, ladder: str, charts: Mapping[str, Chart], lines: Sequence[tuple[str, str, str]]
 ):
-    """The Report object (not saved): the report run's tables and ``charts`` (as ``log_report_run`` logs them), and
-    one line per rung of each (x, y, title) in ``lines``; ``report.save()`` publishes it."""
+    """The Report (not saved): the report run's tables and ``charts`` (as ``log_report_to_wandb`` logs them), and one
+    line per rung of each (x, y, title) in ``lines``."""
     import wandb_workspaces.reports.v2 as wr
 
     quoted = ladder.replace("'", "\\'")
