@@ -87,7 +87,8 @@ def mean_ci(values: list[float]) -> tuple[float, float | None]:
     return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
 
 
-def _readable(path: Path, read) -> list[dict]:
+def _readable(path: Path, read):
+    """``read(path)`` ([] when there is no file); an unreadable file is one line saying how to mend it."""
     try:
         return read(path) if path.is_file() else []
     except (ValueError, TypeError) as error:
@@ -165,12 +166,7 @@ def _read_run(path: Path) -> RunRecord | None:
     parsed, paths = parse_run_name(path.name), RunPaths(path)
     if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, a set-aside run
         return None
-    try:
-        done = read_summary(path)
-    except (ValueError, TypeError) as error:
-        raise UserError(
-            f"{path}: unreadable done.json ({error}); delete the file and rerun the rung or scripts/analyze.py"
-        ) from None
+    done = _readable(paths.done, lambda _: read_summary(path))
     config = OmegaConf.to_container(OmegaConf.load(paths.config)) if paths.config.is_file() else {}
     return RunRecord(parsed[0], int(done.get("seed", parsed[1])), path, done, config)
 
