@@ -1,9 +1,6 @@
-"""The ladder report: every finished rung's accuracy and attention beside the reference figures.
-
-``build_report(ladder_dir)`` reads the finished run folders (done.json, the probes' tables under ``analysis/``, the
-values tracked in ``metrics.csv``) and writes report.md, ladder.csv and the figures the probes declare into
-``ladder_dir``; with several seeds per rung, means with a 95% Student-t interval.
-"""
+"""The ladder report: every finished rung's accuracy and attention beside the reference figures, from its run
+folders (done.json, the probes' tables under ``analysis/``, metrics.csv's tracked values) into report.md, ladder.csv
+and the figures the probes declare; with several seeds per rung, means with a 95% Student-t interval."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The ladder in W&B: its report run's tables (the ladder beside the article's figures, every run, the per-layer
-values), charts, PNGs and files, and the saved Report's lines over the rung runs. Every table says which rung
-(``rung``, ``rung_index`` = position in the ladder) and which seeds its rows come from.
-"""
+"""The ladder in W&B: its report run (tables, charts, PNGs, files) and the saved Report's lines over the rung runs.
+Every table says which rung (``rung``, ``rung_index`` = position in the ladder) and seeds its rows come from."""
 
 from __future__ import annotations
 
@@ -137,11 +135,10 @@ def log_report_to_wandb(
     mode: str = "auto",
     entity: str | None = None,
 ) -> str | None:
-    """Log the built report into the ladder's report run: the tables ``report/ladder``, ``/runs`` and ``/layers``, a
-    custom chart over a table per ``charts()`` key (wandb.plot.line stores each table as "<key>_table"), the PNGs,
-    the ladder's numbers in the summary, report.md and ladder.csv as an artifact, every run's model and analysis as
-    its inputs. The run's id derives from project and group (by default the runs' wandb.project and ladder), so a
-    rebuilt report continues it. Returns the id (None: W&B disabled)."""
+    """Log the built report into the ladder's report run (one id per project and group, by default the runs'
+    wandb.project and ladder): report_tables(), a custom chart per ``charts()`` key (wandb.plot.line stores its
+    table as "<key>_table"), the PNGs, the numbers in the summary, the files as an artifact and every run's model and
+    analysis as its inputs. Returns the run's id (None: W&B disabled)."""
     import wandb
 
     mode = resolve_mode(mode)

@@ -4,6 +4,7 @@ log; a rung of several seeds is one line (runs grouped by ``config.rung``: mean 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from vitladder.atomic import write_text
@@ -84,18 +85,14 @@ def online_entity(entity: str | None) -> str:
 
 
 def save_wandb_report(ladder_dir: Path, report) -> str:
-    """Saves ``report``, over the Report saved last time from ``ladder_dir`` if it still exists; returns its
-    address."""
+    """Saves ``report`` over the Report saved last time from ``ladder_dir``, if it still exists; returns its address."""
     import wandb_workspaces.reports.v2 as wr
 
     url_file = Path(ladder_dir) / URL_FILE
-    if url_file.exists():  # rebuilding: update the Report made last time, if it still exists
-        try:
-            existing = wr.Report.from_url(url_file.read_text().strip())
-            existing.title, existing.description, existing.blocks = report.title, report.description, report.blocks
-            report = existing
-        except Exception:  # deleted or not readable: make a new one
-            pass
+    with suppress(Exception):  # none saved before, or deleted or unreadable since: a new one
+        existing = wr.Report.from_url(url_file.read_text().strip())
+        existing.title, existing.description, existing.blocks = report.title, report.description, report.blocks
+        report = existing
     report.save()
     write_text(url_file, report.url + "\n")
     return report.url
