@@ -43,17 +43,18 @@ def charts(results: list[RungResult]) -> dict[str, Chart]:
     return by_rung | by_layer
 
 
-def _series_rows(result: RungResult | None, rung: str, key: str, uniform_key: str | None) -> list[list]:
-    """A by-rung chart's long-format rows [rung, rung_index, seeds, series, value]: the article's figure, the
-    project's mean and, over several seeds, its 95% interval as two more lines, and the uniform baseline."""
-    reference, (mean, half) = get_rung(rung).reference, result.stats(key) if result else (None, None)
+def _series_rows(result: RungResult, key: str, uniform_key: str | None) -> list[list]:
+    """A by-rung chart's long-format rows [rung, rung_index, seeds, series, value] (``result``: no runs when not
+    finished): the article's figure, the project's mean and, over several seeds, its 95% interval as two more lines,
+    and the uniform baseline."""
+    reference, (mean, half) = get_rung(result.rung).reference, result.stats(key)
     series = {REFERENCE_SERIES: reference.get(key), PROJECT: mean}
     if half is not None:
         series |= {f"{PROJECT}, 95% CI low": mean - half, f"{PROJECT}, 95% CI high": mean + half}
     if uniform_key:  # the uniform baseline the values are read against
-        uniform = result.stats(uniform_key)[0] if result else None
+        uniform = result.stats(uniform_key)[0]
         series[UNIFORM] = uniform if uniform is not None else reference.get(uniform_key)
-    ident = [rung, rung_index(rung), result.seeds if result else ""]
+    ident = [result.rung, rung_index(result.rung), result.seeds]
     return [[*ident, name, value] for name, value in series.items() if value is not None]
 
 
@@ -62,17 +63,18 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     run), layers (per rung and layer, mean over seeds: each per-layer value of the probes) and the long tables of
     the by-rung charts."""
     by_rung, keys = {r.rung: r for r in results}, ladder_columns(results)[1:]
+    every_rung = [by_rung.get(rung, RungResult(rung, [])) for rung in rung_names()]  # not finished: no runs
     referenced = [f.name for f in fields(ReferenceFigures)]
     per_rung = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
     for key in keys:
         per_rung += [key, f"{key}_ci95"] + ([f"ref_{key}"] if key in referenced else [])
     per_rung += [*SETTING_COLUMNS, "ref_epochs"]  # what the rung trained, where it is not the article's
     ladder = []
-    for rung in rung_names():
-        info, result = get_rung(rung), by_rung.get(rung)
-        row = {"rung": rung, "rung_index": rung_index(rung), "seeds": "", "n_seeds": 0, "adds": info.description}
+    for result in every_rung:
+        info = get_rung(result.rung)
+        row = {"rung": result.rung, "rung_index": rung_index(result.rung), "n_seeds": 0, "adds": info.description}
         row |= {f"ref_{key}": info.reference.get(key) for key in referenced}
-        row |= result.row(keys) if result else {}
+        row |= result.row(keys) if result.runs else {"seeds": ""}  # not finished: the reference only
         ladder.append([row.get(column) for column in per_rung])
 
     runs_columns = ["rung", "rung_index", "seed", "test_acc", "val_acc", *keys[1:], *SETTING_COLUMNS]
@@ -95,7 +97,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
 
     tables = {"ladder": (per_rung, ladder), "runs": (runs_columns, runs), "layers": (layers_columns, layers)}
     for key, chart, _, uniform_key in _by_rung(results):
-        rows = [row for rung in rung_names() for row in _series_rows(by_rung.get(rung), rung, key, uniform_key)]
+        rows = [row for result in every_rung for row in _series_rows(result, key, uniform_key)]
         tables[f"{chart}_by_rung"] = (["rung", "rung_index", "seeds", "series", key], rows)
     return tables
 
