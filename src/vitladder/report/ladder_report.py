@@ -217,14 +217,12 @@ def _ladder_row(rung: str, result: RungResult | None, shown: Sequence[Column]) -
     cells.append(f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—")
     for column in shown:
         if result is None:
-            cells.append("—")
+            cell = "—"
+        elif column.text:
+            cell = column.text(result.values)
         else:
-            cells.append(
-                column.text(result.values)
-                if column.text
-                else _fmt(result, column.key, ci=column.ci, digits=column.digits)
-            )
-        cells += [column.reference(ref)] if column.reference else []
+            cell = _fmt(result, column.key, digits=column.digits, ci=column.ci)
+        cells += [cell, *([column.reference(ref)] if column.reference else [])]
     if result is None:
         return [*cells, "—", "0", "not finished"]
     links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
@@ -241,7 +239,8 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     lines += [f"Project figures beside the reference (one seed of a GPU run){over_seeds}", ""]
     lines += _md_table(header, [_ladder_row(rung, by_rung.get(rung), shown) for rung in rung_names()])
     lines += ["", TWO_DISTANCES, "", "## What each rung trained", "", ARTICLE, ""]
-    lines += _md_table(TRAINED, [[f"`{r.rung}`", *list(r.setting().values())[:-1]] for r in results])
+    trained = [[f"`{r.rung}`", *(text for key, text in r.setting().items() if key != "differs")] for r in results]
+    lines += _md_table(TRAINED, trained)
     lines += ["", "## Figures", ""]
     drawn = [value.short for value in probe_layers(results) if value.figure]
     lines += [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
