@@ -140,13 +140,6 @@ def failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
-def _finish_failed(wandb) -> None:
-    """Marks the open W&B run failed and closes it, if W&B can still do that."""
-    if wandb.run is not None:
-        with suppress(wandb.Error, OSError):
-            wandb.run.finish(exit_code=1)
-
-
 @contextmanager
 def finished_if_failed() -> Iterator[None]:
     """Closes the W&B run as failed when training raises, so no later run of the process meets it open; W&B itself
@@ -157,7 +150,8 @@ def finished_if_failed() -> Iterator[None]:
         wandb = sys.modules.get("wandb")  # never imported: no run to close
         if wandb is None:
             raise
-        _finish_failed(wandb)
+        with suppress(wandb.Error, OSError):  # if W&B can still close its run
+            wandb.finish(exit_code=1)
         if isinstance(error, wandb.Error):
             raise UserError(
                 f"W&B failed during training ({failure(error)}): run the same command again to resume from the "
@@ -176,5 +170,6 @@ def wandb_failure_warns(what: str, kept: str) -> Iterator[None]:
     try:
         yield
     except (wandb.Error, OSError) as error:
-        _finish_failed(wandb)
+        with suppress(wandb.Error, OSError):
+            wandb.finish(exit_code=1)
         warnings.warn(f"W&B could not log {what} ({failure(error)}): {kept}", stacklevel=1)
