@@ -11,9 +11,8 @@ from vitladder.config_schema import ReferenceFigures
 from vitladder.report.ladder_report import RungResult, collect, figures, ladder_columns, probe_columns, probe_layers
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.run_folder import EPOCH, LR
-from vitladder.wandb.artifacts import declare_inputs, run_artifacts, safe_name
-from vitladder.wandb.report import Chart
-from vitladder.wandb.run import GLOBAL_STEP, report_run_id, resolve_mode, start_run, wandb_failure_warns
+from vitladder.wandb.report import Chart, log_report_run
+from vitladder.wandb.run import GLOBAL_STEP, wandb_failure_warns
 
 __all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_lines", "wandb_names"]
 
@@ -141,46 +140,20 @@ def log_report_to_wandb(
     wandb.project and ladder): report_tables(), a custom chart per ``charts()`` key (wandb.plot.line stores its
     table as "<key>_table"), the PNGs, the numbers in the summary, the files as an artifact and every run's model and
     analysis as its inputs. Returns the run's id (None: W&B disabled)."""
-    import wandb
-
-    mode = resolve_mode(mode)
-    if mode == "disabled":
-        return None
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     logged_project, _, logged_ladder = wandb_names(results, ladder_dir)
-    project, group = project or logged_project, group or logged_ladder
-    about = {"ladder": group, "rungs": [r.rung for r in results]}
-    run = start_run(
-        mode,
-        project=project,
+    keys = ladder_columns(results)[1:]
+    summary = {f"report/{r.rung}/{key}": mean for r in results for key in keys if (mean := r.stats(key)[0]) is not None}
+    return log_report_run(
+        ladder_dir,
+        report_tables(results),
+        charts(results),
+        summary,
+        figures(results),
+        [(r.rung, one.seed, one.path) for r in results for one in r.runs],
+        project=project or logged_project,
+        group=group or logged_ladder,
         entity=entity,
-        group=group,
-        job_type="report",
-        name=f"{group}/report",
-        id=report_run_id(project, group),
-        resume="allow",
-        dir=str(ladder_dir),
-        config=about,
+        mode=mode,
     )
-    try:
-        declare_inputs(run, run_artifacts(group, [(r.rung, one.seed, one.path) for r in results for one in r.runs]))
-        tables = {
-            name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in report_tables(results).items()
-        }
-        payload: dict = {f"report/{name}": tables[name] for name in ("ladder", "runs", "layers")}
-        for key, (table, x, y, stroke, title) in charts(results).items():
-            payload[key] = wandb.plot.line(tables[table], x, y, stroke=stroke, title=title)
-        payload |= {f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures(results)}
-        run.log(payload)
-        keys = ladder_columns(results)[1:]
-        run.summary.update(
-            {f"report/{r.rung}/{key}": mean for r in results for key in keys if (mean := r.stats(key)[0]) is not None}
-        )
-        artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report", metadata=about)
-        for name in ("report.md", "ladder.csv", *figures(results)):
-            artifact.add_file(str(ladder_dir / name), name=name)
-        run.log_artifact(artifact, aliases=["latest"])
-        return run.id
-    finally:
-        run.finish()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from vitladder.atomic import write_text
 from vitladder.errors import UserError
-from vitladder.wandb.run import failure, init_timeout_s
+from vitladder.wandb.artifacts import declare_inputs, run_artifacts, safe_name
+from vitladder.wandb.run import failure, init_timeout_s, report_run_id, resolve_mode, start_run
 
 Chart = tuple[str, str, str, str, str]  # a custom chart: (table, x, y, stroke, title)
 URL_FILE = "wandb_report_url.txt"  # the saved Report's address, so that rebuilding it updates the same one
@@ -20,6 +21,59 @@ READING = (
     "averaged, shaded: standard error) against epochs trained. **Per head**: every rung's 42 heads, with "
     "rung, rung_index and seed columns to filter and sort by."
 )
+
+
+def log_report_run(
+    ladder_dir: Path,
+    tables: Mapping[str, tuple[list[str], list[list]]],
+    charts: Mapping[str, Chart],
+    summary: Mapping,
+    figures: Sequence[str],
+    runs: Sequence[tuple[str, int, Path]],
+    *,
+    project: str,
+    group: str,
+    entity: str | None,
+    mode: str,
+) -> str | None:
+    """Logs into the ladder's report run the tables ``report/ladder``, ``/runs`` and ``/layers`` (name -> (columns,
+    rows)), a custom chart per ``charts`` key (wandb.plot.line stores its table as "<key>_table"), the PNGs
+    ``figures`` of ``ladder_dir`` and ``summary``; ``runs`` (rung, seed, run folder) are its inputs. Returns the
+    run's id (None: W&B disabled)."""
+    import wandb
+
+    mode = resolve_mode(mode)
+    if mode == "disabled":
+        return None
+    about = {"ladder": group, "rungs": list(dict.fromkeys(rung for rung, _, _ in runs))}
+    run = start_run(
+        mode,
+        project=project,
+        entity=entity,
+        group=group,
+        job_type="report",
+        name=f"{group}/report",
+        id=report_run_id(project, group),
+        resume="allow",
+        dir=str(ladder_dir),
+        config=about,
+    )
+    try:
+        declare_inputs(run, run_artifacts(group, runs))
+        logged = {name: wandb.Table(columns=columns, data=rows) for name, (columns, rows) in tables.items()}
+        payload: dict = {f"report/{name}": logged[name] for name in ("ladder", "runs", "layers")}
+        for key, (table, x, y, stroke, title) in charts.items():
+            payload[key] = wandb.plot.line(logged[table], x, y, stroke=stroke, title=title)
+        payload |= {f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures}
+        run.log(payload)
+        run.summary.update(summary)
+        artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report", metadata=about)
+        for name in ("report.md", "ladder.csv", *figures):
+            artifact.add_file(str(ladder_dir / name), name=name)
+        run.log_artifact(artifact, aliases=["latest"])
+        return run.id
+    finally:
+        run.finish()
 
 
 def build_wandb_report(
