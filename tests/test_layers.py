@@ -123,3 +123,26 @@ def test_no_statistics_are_a_default() -> None:
         if names_statistics(node, value)
     ]
     assert not found, f"statistics as a default: {'; '.join(found)}"
+
+
+def imported_libraries(path: Path) -> set[str]:
+    """The top-level names of what a file imports (``import a.b`` and ``from a.b import c``: ``a``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {name.split(".")[0] for name in names}
+
+
+def test_all_wandb_code_is_in_one_package() -> None:
+    """Only vitladder.wandb imports the W&B libraries; the layers above hand it plain data (issue 23)."""
+    outside = [
+        name
+        for name, path in module_files(PACKAGE).items()
+        if not (name == "vitladder.wandb" or name.startswith("vitladder.wandb."))
+        and imported_libraries(path) & {"wandb", "wandb_workspaces"}
+    ]
+    assert not outside, f"W&B imported outside vitladder.wandb: {', '.join(outside)}"

@@ -1,10 +1,7 @@
-"""Export a trained model's attention as a self-contained static browser demo: ``index.html``, ``demo.css`` and
-``demo.js`` (from ``static/``) and ``data.js`` (this run's numbers, :mod:`vitladder.demo.pack`), opened from disk or
-any static server. The images are the first N of the run's own test split, as in the analysis.
-
-``data.js`` holds the run's names and shape (``layers``, ``heads``, ``grid``, ``patch_size``, ``image_size``),
-``lut`` (the colours of the 256 bytes), ``images`` (per image, :func:`attention_payload`) and ``position``
-(the model's, :func:`position_payload`): about 300 KB an image at patch 4, and 5.5 KB for ``position``.
+"""Export a trained model's attention as a self-contained static browser demo, opened from disk or any static
+server: ``index.html``, ``demo.css``, ``demo.js`` (``static/``) and ``data.js`` (:mod:`vitladder.demo.pack`): the
+run's names and shape, ``lut`` (the colours of the 256 bytes), ``images`` (the first N of the run's own test split,
+:func:`attention_payload`, ~300 KB each at patch 4) and ``position`` (:func:`position_payload`, 5.5 KB).
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from vitladder.demo.pack import DATA_FORMAT, colormap_lut, encode_array, quantis
 from vitladder.errors import UserError
 from vitladder.run_folder import is_finished, read_summary
 
-STATIC_FILES = ("index.html", "demo.css", "demo.js")
+STATIC_FILES = ("demo.css", "demo.js", "index.html")  # index.html last: its presence means the demo is complete
 BATCH = 64  # images per forward pass: bounds the float maps' memory
 MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
 POSITION_RANGE = (-1.0, 1.0)  # cosine similarity on the analysis figure's fixed scale: one legend, runs compare
@@ -37,13 +34,11 @@ POSITION_RANGE = (-1.0, 1.0)  # cosine similarity on the analysis figure's fixed
 
 @torch.no_grad()
 def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor, stats: ChannelStats) -> list[dict]:
-    """Per image: pixels, label, prediction and quantised attention of every layer and head, the images normalised
-    with ``stats``, those the model was trained with.
+    """Per image (normalised with ``stats``, the model's): pixels, label, prediction and quantised attention.
 
-    ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query
-    token (0 = CLS, 1.. = patches), the attention to the N patch keys, each row scaled to its
-    maximum (``scale``, float32 ``(L, H + 1, T)``). ``cls`` is the attention to the CLS key,
-    ``round(255 * a)``. ``rollout`` is the CLS token's attention rollout over the patches.
+    ``attn`` is uint8 ``(L, H + 1, T, N)``: per layer, the H heads then their mean; per query token (0 = CLS, 1.. =
+    patches), the attention to the N patch keys, each row scaled to its maximum (``scale``, float32 ``(L, H + 1, T)``).
+    ``cls`` is the attention to the CLS key, ``round(255 * a)``; ``rollout`` the CLS token's rollout over the patches.
     """
     logits, maps = capture_attention(model, normalize(images_u8, stats.mean, stats.std))  # (B, C), L x (B, H, T, T)
     attn = torch.stack(maps, dim=1)  # (B, L, H, T, T)
@@ -70,13 +65,9 @@ def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor,
 
 
 def position_payload(model: torch.nn.Module, grid: int) -> dict:
-    """The cosine similarity of every pair of the model's learned patch position embeddings, for the map of
-    the patch under the pointer (``analysis/probes/positions.py``; Dosovitskiy et al. 2021, Fig. 7).
-
-    ``similarity`` is uint8 ``(N, N)``: row ``i`` is patch ``i``'s similarity to every patch, on the fixed
-    scale ``[low, high] = [-1, 1]``, so its own cell is 255. ``grid_correlation`` is Spearman's rho between two
-    patches' similarity and their centres' distance (null on a one-patch grid, where it has none).
-    """
+    """The cosine similarity of every pair of the model's patch position embeddings (Dosovitskiy et al. 2021, Fig. 7):
+    ``similarity``, uint8 ``(N, N)`` on the fixed scale ``[low, high] = [-1, 1]`` (a patch's own cell is 255), and
+    ``grid_correlation``, Spearman's rho of similarity and distance (null on a one-patch grid, where it has none)."""
     similarity = position_similarity(patch_position_embeddings(model))  # (N, N)
     rho, (low, high) = grid_correlation(similarity, grid), POSITION_RANGE
     return {
@@ -96,8 +87,9 @@ def export_demo(source: Path, out_dir: Path | None = None, num_images: int = 16,
     model, meta = load_model(source)  # CheckpointError: one line naming the file
     cfg = load_run_config(meta, overrides)
     images, labels, classes = test_split(cfg)
-    images, labels = images[:num_images], labels[:num_images]
+    batches = zip(images[:num_images].split(BATCH), labels[:num_images].split(BATCH))
     vit, done = meta.vit_config, {}
+    grid = vit.img_size // vit.patch_size
     if meta.run_dir is not None and is_finished(meta.run_dir):
         with suppress(OSError, ValueError):  # a damaged done.json costs the page its accuracy line, not the export
             done = read_summary(meta.run_dir)
@@ -110,26 +102,17 @@ def export_demo(source: Path, out_dir: Path | None = None, num_images: int = 16,
         "classes": [str(c) for c in meta.classes or classes],  # shown as text by demo.js, never as markup
         "layers": vit.depth,
         "heads": vit.num_heads,
-        "grid": vit.img_size // vit.patch_size,
+        "grid": grid,
         "patch_size": vit.patch_size,
         "image_size": vit.img_size,
         "lut": encode_array(colormap_lut(), "u1"),
-        "position": position_payload(model, vit.img_size // vit.patch_size),
-        "images": [
-            entry
-            for start in range(0, len(images), BATCH)
-            for entry in attention_payload(
-                model, images[start : start + BATCH], labels[start : start + BATCH], meta.stats
-            )
-        ],
+        "position": position_payload(model, grid),
+        "images": [entry for x, y in batches for entry in attention_payload(model, x, y, meta.stats)],
     }
     if out_dir is None:
         out_dir = meta.run_dir / "demo" if meta.run_dir is not None else meta.path.parent / f"{meta.path.stem}-demo"
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    static = resources.files("vitladder.demo") / "static"
-    files = {name: (static / name).read_text() for name in STATIC_FILES}
-    files["data.js"] = render_data_js(payload)
-    for name, text in sorted(files.items(), key=lambda item: item[0] == "index.html"):
-        write_text(out_dir / name, text)  # index.html last: its presence means the demo is complete
+    write_text(out_dir / "data.js", render_data_js(payload))  # write_text makes the folder
+    for name in STATIC_FILES:
+        write_text(out_dir / name, (resources.files("vitladder.demo") / "static" / name).read_text())
     return out_dir / "index.html"

@@ -1,14 +1,10 @@
 """Pack attention into the demo's compact ``data.js`` (tests/data_js.py reads it back).
 
-Every map the page draws is scaled to its own maximum, so a row of attention is stored as
-its maximum (float32) and its values as ``round(255 * a / max)`` (uint8): the page uses the
-bytes directly as colour indices, and ``value = byte / 255 * max`` recovers the attention to
-within ``max / 510``. Values with a range of their own (the cosine similarity of position
-embeddings, in ``[-1, 1]``) are stored on that fixed scale instead, ``round(255 * (v - low) / (high - low))``,
-so that every map shares one legend; ``value = low + byte / 255 * (high - low)`` recovers them to within
-``(high - low) / 510``. Arrays travel as base64 inside ``data.js``, which sets a global: pages
-opened from ``file://`` may load scripts but, in Chromium, may not fetch JSON. What each array of a
-run's ``data.js`` holds, and its shape, is in :mod:`vitladder.demo.export`.
+Every map the page draws is scaled to its own maximum, so a row of attention is stored as its maximum (float32) and
+``round(255 * a / max)`` (uint8): the page uses the bytes as colour indices, and ``byte / 255 * max`` recovers the
+attention to within ``max / 510``. Values with a range of their own (cosine similarity, ``[-1, 1]``) are stored on
+that fixed scale instead, so that every map shares one legend. Arrays travel as base64 inside ``data.js``, which sets
+a global: pages opened from ``file://`` may load scripts but, in Chromium, may not fetch JSON.
 """
 
 from __future__ import annotations

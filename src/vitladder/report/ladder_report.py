@@ -1,15 +1,12 @@
-"""The ladder report: every finished rung's accuracy and attention beside the reference figures.
-
-``build_report(ladder_dir)`` reads the finished run folders (done.json, the probes' tables under ``analysis/``, the
-values tracked in ``metrics.csv``) and writes report.md, ladder.csv and the figures the probes declare
-(``columns()``, ``by_layer()``) into ``ladder_dir``; with several seeds per rung, means with a 95% Student-t
-interval. ``report.report_run.log_report_to_wandb`` puts the same tables and charts in the ladder's W&B report run.
-"""
+"""The ladder report: every finished rung's accuracy and attention beside the reference figures, from its run
+folders (done.json, the probes' tables under ``analysis/``, metrics.csv's tracked values) into report.md, ladder.csv
+and the figures the probes declare; with several seeds per rung, means with a 95% Student-t interval."""
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,12 +19,21 @@ from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import history_rows, read_analysis_csv, read_csv, write_csv
 from vitladder.analysis.probes import ByLayer, Column, by_layer, columns, probe_names
 from vitladder.atomic import write_text
-from vitladder.config import CONF_DIR, get_rung, rung_names
+from vitladder.config import CONF_DIR, get_rung, rung_index, rung_names
 from vitladder.errors import UserError
 from vitladder.report.setting import ARTICLE, SETTING_COLUMNS, setting_row
 from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
 
 TRACKING_PNG = "tracking_by_epoch.png"
+TWO_DISTANCES = (
+    "Layer 1 is the second of layers 0–6; reference uniform distance in brackets. The article's wording fits two "
+    "readings of the mean attention distance, so both are here. *Mean attention distance* is this project's: each "
+    "patch query's attention renormalised over the patch keys, so that attention parked on the CLS token does not "
+    "count as local (uniform: 16.5 px for 8×8 patches of 4 px, the value the article quotes; 16.1 px for 4×4 of "
+    "8 px). *CLS dropped* is the convention common in published code: the CLS key's weight left out without "
+    "renormalising, which reads lower by each query's CLS share (uniform: 16.29 px and 15.1 px)."
+)
+TRAINED = ["rung", "epochs", "optimizer steps", "data", "training images", "test images (accuracy)", "attention over"]
 
 
 def probes_of(results: list[RungResult]) -> list[str]:
@@ -78,7 +84,8 @@ def mean_ci(values: list[float]) -> tuple[float, float | None]:
     return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
 
 
-def _readable(path: Path, read) -> list[dict]:
+def _readable(path: Path, read):
+    """``read(path)`` ([] when there is no file); an unreadable file is one line saying how to mend it."""
     try:
         return read(path) if path.is_file() else []
     except (ValueError, TypeError) as error:
@@ -107,20 +114,36 @@ class RunRecord:
 
 @dataclass
 class RungResult:
-    """A rung's numbers over its finished seeds: lists with one value per seed."""
+    """A rung's numbers over its finished seeds."""
 
     rung: str
     runs: list[RunRecord]
 
+    @property
+    def seeds(self) -> str:
+        return ",".join(str(run.seed) for run in self.runs)
+
     def values(self, key: str) -> list[float]:
         """One value per seed of a ladder.csv column (done.json's), from the seeds that have it."""
         return [float(run.done[key]) for run in self.runs if run.done.get(key) is not None]
+
+    def stats(self, key: str) -> tuple[float | None, float | None]:
+        """(mean, 95% CI half-width) over the seeds of a ladder.csv column; None where there is none."""
+        values = self.values(key)
+        return mean_ci(values) if values else (None, None)
 
     def setting(self, number: str = "{:,}") -> dict[str, str]:
         """What its runs trained, on which images, and where that differs from the article (setting.SETTING_COLUMNS)."""
         # A done.json from before it recorded the model: the run's config.yaml says it.
         done = [{"model": run.config.get("model"), **run.done} for run in self.runs]
         return setting_row(done, get_rung(self.rung).reference.get("epochs"), number)
+
+    def row(self, keys: Sequence[str]) -> dict:
+        """Its numbers, unrounded: each of ``keys``' mean over seeds and ``<key>_ci95``, and what it trained."""
+        row = {"rung": self.rung, "rung_index": rung_index(self.rung), "seeds": self.seeds, "n_seeds": len(self.runs)}
+        for key in keys:
+            row[key], row[f"{key}_ci95"] = self.stats(key)
+        return row | self.setting(number="{}")
 
     def by_layer(self, key: str, table: str = "layers") -> list[float]:
         """The per-layer mean over seeds of a column of ``<table>.csv`` (empty when not analysed, or written before
@@ -140,12 +163,7 @@ def _read_run(path: Path) -> RunRecord | None:
     parsed, paths = parse_run_name(path.name), RunPaths(path)
     if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, a set-aside run
         return None
-    try:
-        done = read_summary(path)
-    except (ValueError, TypeError) as error:
-        raise UserError(
-            f"{path}: unreadable done.json ({error}); delete the file and rerun the rung or scripts/analyze.py"
-        ) from None
+    done = _readable(paths.done, lambda _: read_summary(path))
     config = OmegaConf.to_container(OmegaConf.load(paths.config)) if paths.config.is_file() else {}
     return RunRecord(parsed[0], int(done.get("seed", parsed[1])), path, done, config)
 
@@ -157,27 +175,20 @@ def collect(ladder_dir: str | Path) -> list[RungResult]:
     return [RungResult(rung, seeds) for rung, seeds in by_rung.items() if seeds]
 
 
-def _csv_rows(results: list[RungResult], with_ci: bool) -> list[dict]:
-    ci = {"test_acc": True, **{column.key: column.ci for column in probe_columns(results)}}
-    rows = []
-    for result in results:
-        row: dict = {"rung": result.rung, **result.setting(number="{}")}
-        for key in ladder_columns(results)[1:]:
-            values = result.values(key)
-            mean, half = mean_ci(values) if values else (None, None)
-            row[key] = "" if mean is None else round(mean, 6)
-            if with_ci and ci[key]:
-                row[f"{key}_ci95"] = "" if half is None else round(half, 6)
-        rows.append({**row, "n_seeds": len(result.runs)} if with_ci else row)
-    return rows
-
-
-def _fmt(values: list[float], scale: float = 1.0, digits: int = 1, unit: str = "", ci: bool = True) -> str:
-    """``mean`` or ``mean ± half-width`` of the per-seed values, as text for the table."""
+def _fmt(result: RungResult, key: str, scale: float = 1.0, digits: int = 1, unit: str = "", ci: bool = True) -> str:
+    """``mean`` or ``mean ± half-width`` of the rung's per-seed values of ``key``, as text for the table."""
+    values = [v * scale for v in result.values(key)]
     if not values:
         return "—"
-    mean, half = mean_ci([v * scale for v in values])
+    mean, half = mean_ci(values)
     return f"{mean:.{digits}f}{unit}" + ("" if half is None or not ci else f" ± {half:.{digits}f}")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
 def _setup_line(results: list[RungResult]) -> str:
@@ -197,75 +208,50 @@ def _setup_line(results: list[RungResult]) -> str:
     return line
 
 
-def _cells(shown: tuple[Column, ...], result: RungResult | None, ref: dict) -> list[str]:
-    """A rung's cells for the probes' columns: mean (± CI) over its seeds or the column's text, ``—`` when not
-    finished; and "ref." beside those the article gives."""
-    cells = []
+def _ladder_row(rung: str, result: RungResult | None, shown: Sequence[Column]) -> list[str]:
+    """A rung's row of report.md's table: mean (± CI) over its seeds, or the column's text, beside the article's
+    figures ("ref."); ``—`` when not finished."""
+    info = get_rung(rung)
+    ref = info.reference  # the article's figures; {} for a rung it did not train
+    cells = [f"`{rung}`", info.description, "—" if result is None else _fmt(result, "test_acc", 100, 1, "%")]
+    cells.append(f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—")
     for column in shown:
         if result is None:
-            cells.append("—")
-        elif column.text is not None:
-            cells.append(column.text(result.values))
+            cell = "—"
+        elif column.text:
+            cell = column.text(result.values)
         else:
-            cells.append(_fmt(result.values(column.key), digits=column.digits, ci=column.ci))
-        cells += [column.reference(ref)] if column.reference else []
-    return cells
+            cell = _fmt(result, column.key, digits=column.digits, ci=column.ci)
+        cells += [cell, *([column.reference(ref)] if column.reference else [])]
+    if result is None:
+        return [*cells, "—", "0", "not finished"]
+    links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
+    return [*cells, result.setting()["differs"] if ref else "—", str(len(result.runs)), links]
 
 
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
-    shown = tuple(column for column in probe_columns(results) if column.header)
+    shown = [column for column in probe_columns(results) if column.header]
     probes = [cell for column in shown for cell in [column.header, *(["ref."] if column.reference else [])]]
     header = ["rung", "adds", "test acc.", "ref.", *probes, "not as in the article", "seeds", "figures"]
     over_seeds = ", as mean ± 95% CI (Student t) over seeds." if any(len(r.runs) > 1 for r in results) else "."
     lines = [f"# Ladder report: `{ladder_dir.name}`", "", _setup_line(results), ""]
     lines += [f"Project figures beside the reference (one seed of a GPU run){over_seeds}", ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for rung in rung_names():
-        info, result = get_rung(rung), by_rung.get(rung)
-        ref = info.reference  # the article's figures; {} for a rung it did not train
-        ref_acc = f"{ref['test_acc']:.1%}" if "test_acc" in ref else "—"
-        if result is None:
-            acc, differs, seeds, links = "—", "—", "0", "not finished"
-        else:
-            acc, seeds = _fmt(result.values("test_acc"), 100, 1, "%"), str(len(result.runs))
-            differs = result.setting()["differs"] if ref else "—"
-            links = ", ".join(f"[{r.path.name}]({r.path.name}/analysis/)" for r in result.runs)
-        row = [f"`{rung}`", info.description, acc, ref_acc, *_cells(shown, result, ref), differs, seeds, links]
-        lines.append("| " + " | ".join(row) + " |")
-    row = "| `{rung}` | {epochs} | {steps} | {data} | {train_images} | {test_images} | {analysed} |"
+    lines += _md_table(header, [_ladder_row(rung, by_rung.get(rung), shown) for rung in rung_names()])
+    lines += ["", TWO_DISTANCES, "", "## What each rung trained", "", ARTICLE, ""]
+    trained = [[f"`{r.rung}`", *(text for key, text in r.setting().items() if key != "differs")] for r in results]
+    lines += _md_table(TRAINED, trained)
+    lines += ["", "## Figures", ""]
     drawn = [value.short for value in probe_layers(results) if value.figure]
+    lines += [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
+    lines += [*_tracking_lines(results), "![three made-up heads](explainer.png)", ""]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
     lines += [
-        "",
-        "Layer 1 is the second of layers 0–6; reference uniform distance in brackets. The article's wording fits "
-        "two readings of the mean attention distance, so both are here. *Mean attention distance* is this "
-        "project's: each patch query's attention renormalised over the patch keys, so that attention parked on "
-        "the CLS token does not count as local (uniform: 16.5 px for 8×8 patches of 4 px, the value the article "
-        "quotes; 16.1 px for 4×4 of 8 px). *CLS dropped* is the convention common in published code: the CLS "
-        "key's weight left out without renormalising, which reads lower by each query's CLS share "
-        "(uniform: 16.29 px and 15.1 px).",
-        "",
-        "## What each rung trained",
-        "",
-        ARTICLE,
-        "",
-        "| rung | epochs | optimizer steps | data | training images | test images (accuracy) | attention over |",
-        "|---|---|---|---|---|---|---|",
-        *(row.format(rung=r.rung, **r.setting()) for r in results),
-        "",
-        "## Figures",
-        "",
-        *(line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")),
-        *_tracking_lines(results),
-        "![three made-up heads](explainer.png)",
-        "",
-        f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}"
-        "`cls_attention.png` and, when tracked, `locality.png`. Table: [ladder.csv](ladder.csv).",
+        f"Per run: `<run>/analysis/` holds `heads.csv`, `layers.csv`, {per_run}`cls_attention.png` and, when "
+        "tracked, `locality.png`. Table: [ladder.csv](ladder.csv).",
         "",
     ]
-    demos = sorted(ladder_dir.glob("*/demo/index.html"))
-    if demos:
+    if demos := sorted(ladder_dir.glob("*/demo/index.html")):
         lines += [
             "## Browser demo",
             "",
@@ -285,8 +271,7 @@ def _tracking_lines(results: list[RungResult]) -> list[str]:
         f"Tracked during training, a panel each: {names}. One line per rung (the mean over its seeds) from "
         "initialisation (epoch 0) on, as each run's metrics.csv holds it (`track/`)."
     )
-    untracked = [r.rung for r in results if not any(r.tracked(column.track) for column in tracked)]
-    if untracked:
+    if untracked := [r.rung for r in results if not any(r.tracked(column.track) for column in tracked)]:
         text += f" Left out, with nothing tracked: {', '.join(f'`{rung}`' for rung in untracked)}."
     return [f"![tracked during training, one line per rung]({TRACKING_PNG})", "", text, ""]
 
@@ -316,9 +301,8 @@ def _save_figures(results: list[RungResult], ladder_dir: Path) -> None:
         uniform = {r.rung: r.values(column.uniform) for r in results if r.rung in series} if column.uniform else {}
         panels.append((column.header or column.key, series, _uniform_lines(results, uniform)))
     if panels:
-        save_figure(
-            plot_epoch_lines(panels, f"{ladder_dir.name}: during training, every rung"), ladder_dir / TRACKING_PNG
-        )
+        title = f"{ladder_dir.name}: during training, every rung"
+        save_figure(plot_epoch_lines(panels, title), ladder_dir / TRACKING_PNG)
     save_figure(plot_explainer(), ladder_dir / "explainer.png")
 
 
@@ -326,10 +310,17 @@ def build_report(ladder_dir: str | Path) -> Path:
     """Write report.md, ladder.csv and the charts for the finished rungs of ``ladder_dir``; returns report.md."""
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
-    several = any(len(r.runs) > 1 for r in results)
-    ci = ("n_seeds", *(f"{key}_ci95" for key in ["test_acc", *(c.key for c in probe_columns(results) if c.ci)]))
-    csv_columns = ladder_columns(results) + SETTING_COLUMNS + (ci if several else ())
-    write_csv(ladder_dir / "ladder.csv", csv_columns, _csv_rows(results, several))
+    keys = ladder_columns(results)[1:]
+    csv_columns = ["rung", *keys, *SETTING_COLUMNS]
+    if any(len(r.runs) > 1 for r in results):  # several seeds: the intervals
+        ci = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]
+        csv_columns += ["n_seeds", *(f"{key}_ci95" for key in ci)]
+
+    def cell(value):
+        return "" if value is None else round(value, 6) if isinstance(value, float) else value
+
+    rows = [{column: cell(row[column]) for column in csv_columns} for row in (r.row(keys) for r in results)]
+    write_csv(ladder_dir / "ladder.csv", csv_columns, rows)
     _save_figures(results, ladder_dir)
     report = ladder_dir / "report.md"
     write_text(report, _markdown(results, ladder_dir))

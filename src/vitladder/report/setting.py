@@ -1,9 +1,8 @@
 """What a result is, in words, and where it differs from the setting of the article's figures.
 
-A finished run's done.json records what it trained (``training.results.rung_summary``): the epochs and optimizer
-steps, the data (``data.sources.ImageSplits.origin``), the images of each split and the order of the test images.
-The ladder report, its W&B run and the GPU check say these beside every result, and say in words where a row
-differs from the article's setting, so that a short run or a copy of the data never reads as the article's table.
+A finished run's done.json records what it trained (``training.results.rung_summary``). The ladder report, its W&B
+run and the GPU check say it beside every result, and in words where it differs from the article's setting, so that a
+short run or a copy of the data never reads as the article's table.
 """
 
 from __future__ import annotations
@@ -79,18 +78,18 @@ def setting_row(runs: list[Mapping], reference_epochs: int | None, number: str =
     """SETTING_COLUMNS for a rung's runs (their done.json), as text: one value, or each seed's apart (``a / b``);
     counts formatted with ``number`` (``"{}"`` for a CSV)."""
 
-    def joined(values: list[str]) -> str:
-        return " / ".join(dict.fromkeys(values))  # distinct, in seed order
+    def joined(text) -> str:  # the distinct values, in seed order
+        return " / ".join(dict.fromkeys(text(done) for done in runs))
 
     def recorded(key: str, fmt: str = "{}") -> str:
-        return joined([fmt.format(done[key]) if key in done else "—" for done in runs])
+        return joined(lambda done: fmt.format(done[key]) if key in done else "—")
 
     return {
-        "epochs": joined([epochs_text(done) if "epochs" in done else "—" for done in runs]),
+        "epochs": joined(lambda done: epochs_text(done) if "epochs" in done else "—"),
         "steps": recorded("steps", number),
         "data": recorded("data"),
         "train_images": recorded("train_images", number),
         "test_images": recorded("test_images", number),
-        "analysed": joined([analysed(done) for done in runs]),
-        "differs": joined(["; ".join(differences(done, reference_epochs)) or "no" for done in runs]),
+        "analysed": joined(analysed),
+        "differs": joined(lambda done: "; ".join(differences(done, reference_epochs)) or "no"),
     }

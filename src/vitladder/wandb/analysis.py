@@ -1,9 +1,6 @@
-"""A run's final analysis in W&B: every probe's scalars in the run summary, its tables, charts and figures.
-
-Nothing here goes into the history as a scalar: a value logged once would make one line panel per key with a
-single dot. The tables carry rung, rung_index and seed, so the tables of several runs can be concatenated and
-compared in one W&B panel.
-"""
+"""A run's final analysis in W&B: every probe's scalars in the run summary (a scalar logged once into the history
+would be a one-dot line panel), its tables (with rung, rung_index and seed, to compare runs in one panel), charts
+and figures."""
 
 from __future__ import annotations
 
@@ -13,15 +10,13 @@ from omegaconf import DictConfig
 
 from vitladder.config import rung_index
 from vitladder.run_folder import rounded, table_columns
-from vitladder.wandb.artifacts import analysis_artifact, rung_aliases
+from vitladder.wandb.artifacts import log_rung_artifact
 from vitladder.wandb.run import rung_run
 
 
 def log_analysis(run, analysis) -> None:
-    """``analysis`` (the analysis callback, once it has analysed: its ``results`` per probe, the ``files`` written,
-    done.json's ``scalars``, ``rung`` and ``seed``) into ``run``: each table as ``analysis/<name>``, each chart over
-    it, each PNG as ``analysis/figures/<name>``; the scalars (``analysis/<name>``) and the images counted into the
-    summary."""
+    """The analysis callback's ``results``, ``files``, ``scalars`` into ``run``: each table as ``analysis/<name>``,
+    each chart over it, each PNG as ``analysis/figures/<name>``; the scalars and images counted in the summary."""
     import wandb
 
     ident = {"rung": analysis.rung, "rung_index": rung_index(analysis.rung), "seed": int(analysis.seed)}
@@ -44,16 +39,14 @@ def log_analysis(run, analysis) -> None:
 
 
 def log_reanalysis(cfg: DictConfig, run_dir: Path, analysis, mode: str) -> str | None:
-    """A re-analysis of a rung folder reaches its W&B run: the run is continued by its stored id and gets
-    the new summary, tables and charts, and a new version of its analysis artifact. Returns the run id,
-    or None when the rung has no W&B run or W&B is disabled."""
+    """A re-analysis into the rung folder's W&B run, continued: the new summary, tables, charts and a new version of
+    its analysis artifact. Returns the run id (None: no W&B run, or W&B disabled)."""
     run = rung_run(cfg, run_dir, mode, resume_only=True)
     if run is None:
         return None
     try:
         log_analysis(run, analysis)
-        ladder, rung, seed = str(cfg.ladder), str(cfg.rung), int(cfg.seed)
-        run.log_artifact(analysis_artifact(analysis.out_dir, ladder, rung, seed), aliases=rung_aliases(rung))
+        log_rung_artifact(run, cfg, "analysis", analysis.out_dir)
         return run.id
     finally:
         run.finish()

@@ -1,8 +1,8 @@
 """The W&B artifacts of a ladder, so that the lineage graph reads dataset -> rung run -> model -> report.
 
-- ``dataset-<source>``: an input of every rung run, as its source describes it (``data.sources.describe``), in one
-  small file ``dataset.json``, so a version is one set of images whatever the path it was read from; the images
-  themselves are never uploaded.
+- ``dataset-<source>``: an input of every rung run, its identity (``data.sources.describe``) in one small file
+  ``dataset.json``, so a version is one set of images whatever the path it was read from; the images are never
+  uploaded.
 - ``model-<ladder>-<rung>-seed<k>``: the final model; ``analysis-<ladder>-<rung>-seed<k>``: the ``analysis/`` folder
   (a re-analysis logs a new version). Aliases ``latest`` and the rung.
 
@@ -29,27 +29,23 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "unnamed"
 
 
-def rung_aliases(rung: str) -> list[str]:
-    return ["latest", rung]
-
-
-def _rung_artifact(kind: str, ladder: str, rung: str, seed: int, metadata: dict | None = None):
+def rung_artifact(kind: str, path: Path, ladder: str, rung: str, seed: int, metadata: dict | None = None):
+    """``<kind>-<ladder>-<rung>-seed<k>`` holding ``path``, a file (the model) or a folder (the analysis)."""
     import wandb
 
     metadata = {"ladder": ladder, "rung": rung, "rung_index": rung_index(rung), "seed": int(seed), **(metadata or {})}
-    return wandb.Artifact(safe_name(f"{kind}-{ladder}-{rung}-seed{int(seed)}"), type=kind, metadata=metadata)
-
-
-def model_artifact(model_path: Path, ladder: str, rung: str, seed: int, metadata: dict | None = None):
-    artifact = _rung_artifact("model", ladder, rung, seed, metadata)
-    artifact.add_file(str(model_path), name=Path(model_path).name)
+    artifact = wandb.Artifact(safe_name(f"{kind}-{ladder}-{rung}-seed{int(seed)}"), type=kind, metadata=metadata)
+    if Path(path).is_dir():
+        artifact.add_dir(str(path))
+    else:
+        artifact.add_file(str(path), name=Path(path).name)
     return artifact
 
 
-def analysis_artifact(analysis_dir: Path, ladder: str, rung: str, seed: int):
-    artifact = _rung_artifact("analysis", ladder, rung, seed)
-    artifact.add_dir(str(analysis_dir))
-    return artifact
+def log_rung_artifact(run, cfg: DictConfig, kind: str, path: Path, metadata: dict | None = None) -> None:
+    """Logs ``path`` into the rung's run as its ``kind`` artifact, aliased ``latest`` and the rung."""
+    artifact = rung_artifact(kind, path, str(cfg.ladder), str(cfg.rung), int(cfg.seed), metadata)
+    run.log_artifact(artifact, aliases=["latest", str(cfg.rung)])
 
 
 def dataset_artifact(record: dict):
@@ -73,11 +69,9 @@ def run_artifacts(ladder: str, runs: Iterable[tuple[str, int, Path]]) -> list:
     the versions the rung runs logged (a re-analysis logs the new folder), so W&B finds those."""
     artifacts = []
     for rung, seed, folder in runs:
-        model, analysis = final_model(folder), RunPaths(Path(folder)).analysis
-        if model is not None:
-            artifacts.append(model_artifact(model, ladder, rung, seed))
-        if analysis.is_dir():
-            artifacts.append(analysis_artifact(analysis, ladder, rung, seed))
+        for kind, path in (("model", final_model(folder)), ("analysis", RunPaths(Path(folder)).analysis)):
+            if path is not None and path.exists():
+                artifacts.append(rung_artifact(kind, path, ladder, rung, seed))
     return artifacts
 
 
@@ -90,11 +84,9 @@ def declare_inputs(run, artifacts: list) -> None:
 
 
 def log_rung_artifacts(run, cfg: DictConfig, dataset: dict, model_path: Path, analysis_dir: Path, summary: dict):
-    """Into a finished rung's run: the data set it used (``dataset``: its record), the model and the analysis it
-    made."""
-    ladder, rung, seed = str(cfg.ladder), str(cfg.rung), int(cfg.seed)
+    """Into a finished rung's run: the data set it used (``dataset``: its record), the model and the analysis."""
     declare_inputs(run, [dataset_artifact(dataset)])
     headline = {k: summary[k] for k in ("test_acc", "val_acc", "epochs", "layer1_distance_px") if k in summary}
-    run.log_artifact(model_artifact(model_path, ladder, rung, seed, headline), aliases=rung_aliases(rung))
+    log_rung_artifact(run, cfg, "model", model_path, headline)
     if Path(analysis_dir).is_dir():
-        run.log_artifact(analysis_artifact(analysis_dir, ladder, rung, seed), aliases=rung_aliases(rung))
+        log_rung_artifact(run, cfg, "analysis", analysis_dir)

@@ -1,11 +1,10 @@
-"""The ladder in W&B: its one report run, whose id is derived from project and ladder so that rebuilding the report
-continues it, and a saved W&B Report built from code (wandb-workspaces), whose panels read only keys the project's
-runs log. Rungs with several seeds are one line each there: runs grouped by ``config.rung``, mean and standard error.
-"""
+"""The ladder's saved W&B Report, built from code (wandb-workspaces): its panels read only keys the project's runs
+log; a rung of several seeds is one line (runs grouped by ``config.rung``: mean and standard error)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from vitladder.atomic import write_text
@@ -37,16 +36,16 @@ def log_report_run(
     entity: str | None,
     mode: str,
 ) -> str | None:
-    """Logs into the ladder's report run the tables ``report/ladder``, ``/runs`` and ``/layers`` (of ``tables``:
-    name -> (columns, rows)), a custom chart over a table per ``charts`` key (wandb.plot.line stores each table as
-    "<key>_table"), the PNGs ``figures`` of ``ladder_dir`` and ``summary``; ``runs`` (rung, seed, run folder) are
-    its inputs. Returns the run's id (None: W&B disabled)."""
+    """Logs into the ladder's report run the tables ``report/ladder``, ``/runs`` and ``/layers`` (name -> (columns,
+    rows)), a custom chart per ``charts`` key (wandb.plot.line stores its table as "<key>_table"), the PNGs
+    ``figures`` of ``ladder_dir`` and ``summary``; ``runs`` (rung, seed, run folder) are its inputs. Returns the
+    run's id (None: W&B disabled)."""
     import wandb
 
     mode = resolve_mode(mode)
     if mode == "disabled":
         return None
-    rungs = list(dict.fromkeys(rung for rung, _, _ in runs))
+    about = {"ladder": group, "rungs": list(dict.fromkeys(rung for rung, _, _ in runs))}
     run = start_run(
         mode,
         project=project,
@@ -57,7 +56,7 @@ def log_report_run(
         id=report_run_id(project, group),
         resume="allow",
         dir=str(ladder_dir),
-        config={"ladder": group, "rungs": rungs},
+        config=about,
     )
     try:
         declare_inputs(run, run_artifacts(group, runs))
@@ -68,9 +67,7 @@ def log_report_run(
         payload |= {f"report/{Path(name).stem}": wandb.Image(str(ladder_dir / name)) for name in figures}
         run.log(payload)
         run.summary.update(summary)
-        artifact = wandb.Artifact(
-            safe_name(f"report-{group}"), type="report", metadata={"ladder": group, "rungs": rungs}
-        )
+        artifact = wandb.Artifact(safe_name(f"report-{group}"), type="report", metadata=about)
         for name in ("report.md", "ladder.csv", *figures):
             artifact.add_file(str(ladder_dir / name), name=name)
         run.log_artifact(artifact, aliases=["latest"])
@@ -82,8 +79,8 @@ def log_report_run(
 def build_wandb_report(
     project: str, entity: str, ladder: str, charts: Mapping[str, Chart], lines: Sequence[tuple[str, str, str]]
 ):
-    """The Report object (not saved): the report run's tables and ``charts`` (as ``log_report_run`` logs them), and
-    one line per rung of each (x, y, title) in ``lines``; ``report.save()`` publishes it."""
+    """The Report (not saved): the report run's tables and ``charts`` (as ``log_report_to_wandb`` logs them), and one
+    line per rung of each (x, y, title) in ``lines``."""
     import wandb_workspaces.reports.v2 as wr
 
     quoted = ladder.replace("'", "\\'")
@@ -142,18 +139,14 @@ def online_entity(entity: str | None) -> str:
 
 
 def save_wandb_report(ladder_dir: Path, report) -> str:
-    """Saves ``report``, over the Report saved last time from ``ladder_dir`` if it still exists; returns its
-    address."""
+    """Saves ``report`` over the Report saved last time from ``ladder_dir``, if it still exists; returns its address."""
     import wandb_workspaces.reports.v2 as wr
 
     url_file = Path(ladder_dir) / URL_FILE
-    if url_file.exists():  # rebuilding: update the Report made last time, if it still exists
-        try:
-            existing = wr.Report.from_url(url_file.read_text().strip())
-            existing.title, existing.description, existing.blocks = report.title, report.description, report.blocks
-            report = existing
-        except Exception:  # deleted or not readable: make a new one
-            pass
+    with suppress(Exception):  # none saved before, or deleted or unreadable since: a new one
+        existing = wr.Report.from_url(url_file.read_text().strip())
+        existing.title, existing.description, existing.blocks = report.title, report.description, report.blocks
+        report = existing
     report.save()
     write_text(url_file, report.url + "\n")
     return report.url

@@ -1,9 +1,6 @@
-"""W&B runs: online when W&B finds credentials, offline otherwise, never a prompt.
-
-One W&B run per rung folder (its id in ``wandb_run_id.txt``, so a resumed rung, or a re-analysis, continues it).
-Offline runs stay in ``<run>/wandb/offline-run-*``: a resumed run adds a folder with the same id, and ``wandb sync``
-uploads the parts of one run in order (``offline_runs``).
-"""
+"""W&B runs: online when W&B finds credentials, offline otherwise, never a prompt. One run per rung folder (its id
+in ``wandb_run_id.txt``, so a resumed rung, or a re-analysis, continues it); offline, a resumed run adds a folder
+``<run>/wandb/offline-run-*`` with the same id, and ``wandb sync`` uploads the parts of one run in order."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ INIT_TIMEOUT_S = 10.0
 
 
 def check_wandb_mode(configured: str, source: str = "wandb.mode") -> str:
-    """WANDB_MODE wins over the configured mode; either must be a mode W&B knows (checked before anything is
-    written: W&B would only refuse it once training starts)."""
+    """WANDB_MODE, else the configured mode, checked before anything is written (W&B refuses it only in training)."""
     environment = os.environ.get("WANDB_MODE")
     mode = environment or configured
     if mode not in (*WANDB_MODES, *WANDB_ALIASES):
@@ -60,9 +56,8 @@ def init_timeout_s() -> float:
 
 
 def start_run(mode: str, **init):
-    """``wandb.init(**init)`` in a resolved mode. Online, a server that does not start the run within the init
-    timeout (unreachable, an error, a rejected key) is one warning line, and the run is offline: training goes on,
-    and `wandb sync` uploads it later."""
+    """``wandb.init(**init)``; online, a server that does not start the run in time (unreachable, an error, a
+    rejected key) is one warning line and the run is offline: training goes on, `wandb sync` uploads it later."""
     import wandb
 
     if mode in ONLINE:
@@ -79,15 +74,13 @@ def start_run(mode: str, **init):
 
 
 def report_run_id(project: str, ladder: str) -> str:
-    """The ladder report run's id: derived from project and ladder, so rebuilding the report updates
-    one run instead of adding one per build."""
+    """Derived from project and ladder: rebuilding the report updates one run instead of adding one per build."""
     return "report-" + hashlib.sha256(f"{project}/{ladder}".encode()).hexdigest()[:16]
 
 
 def wandb_config(cfg: DictConfig) -> dict:
-    """The run's W&B config: the resolved Hydra config, plus the rung's position in the ladder so that
-    dashboards can order rungs. rung_info (descriptions and reference figures of every rung below) is
-    left out: not settings to filter runs by."""
+    """The resolved Hydra config and the rung's position in the ladder, to order rungs by; without rung_info (every
+    rung's description and reference figures: not settings to filter runs by)."""
     config = OmegaConf.to_container(cfg, resolve=True)
     config.pop("rung_info", None)
     return {**config, "rung_index": rung_index(cfg.rung)}
@@ -102,8 +95,7 @@ def define_metrics(run) -> None:
 
 
 def rung_run(cfg: DictConfig, run_dir: Path, mode: str, resume_only: bool = False, **init):
-    """The rung folder's W&B run, continued when the folder has one, else started (``resume_only``: None);
-    None when W&B is disabled."""
+    """The rung folder's W&B run, continued when it has one, else started (``resume_only``: None); None: disabled."""
     id_file, mode = Path(run_dir) / RUN_ID_FILE, resolve_mode(mode)
     existing = id_file.read_text().strip() if id_file.exists() else None
     if mode == "disabled" or (resume_only and existing is None):
@@ -134,9 +126,8 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
 
 
 def offline_runs(ladder_dir: Path) -> list[Path]:
-    """The offline W&B runs of a ladder, what `make wandb-sync` uploads: its run folders' (a resumed rung's
-    parts, which `wandb sync` uploads in the order they started, as one run) and the report run's. Runs of
-    an old recipe, set aside by ``overwrite=true`` in ``<rung>.replaced-<time>/``, are not the ladder's."""
+    """What `make wandb-sync` uploads: the offline runs of the ladder's run folders and its report run. Runs set
+    aside by ``overwrite=true`` in ``<rung>.replaced-<time>/`` are an old recipe's, not the ladder's."""
     ladder_dir = Path(ladder_dir)
     run_folders = [path for path in ladder_dir.iterdir() if path.is_dir() and parse_run_name(path.name)]
     runs = [run for root in (*run_folders, ladder_dir) for run in (root / "wandb").glob("offline-run-*")]
@@ -149,24 +140,18 @@ def failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
-def _finish_failed(wandb) -> None:
-    """Marks the open W&B run failed and closes it, if W&B can still do that."""
-    if wandb.run is not None:
-        with suppress(wandb.Error, OSError):
-            wandb.run.finish(exit_code=1)
-
-
 @contextmanager
 def finished_if_failed() -> Iterator[None]:
-    """Marks the W&B run failed and closes it when training raises, so that no later run of the process meets it
-    open. W&B failing during training (the server, the network) is one line: the rung resumes from its checkpoint."""
+    """Closes the W&B run as failed when training raises, so no later run of the process meets it open; W&B itself
+    failing (the server, the network) is one line: the rung resumes from its checkpoint."""
     try:
         yield
     except BaseException as error:
         wandb = sys.modules.get("wandb")  # never imported: no run to close
         if wandb is None:
             raise
-        _finish_failed(wandb)
+        with suppress(wandb.Error, OSError):  # if W&B can still close its run
+            wandb.finish(exit_code=1)
         if isinstance(error, wandb.Error):
             raise UserError(
                 f"W&B failed during training ({failure(error)}): run the same command again to resume from the "
@@ -177,13 +162,14 @@ def finished_if_failed() -> Iterator[None]:
 
 @contextmanager
 def wandb_failure_warns(what: str, kept: str) -> Iterator[None]:
-    """For the W&B steps after training, whose results are saved locally first: a failure of W&B itself (its
-    errors, the network, its files) is one warning line saying that ``what`` was not logged and what is
-    ``kept``, and the caller goes on (as a decorator: returns None). Anything else propagates."""
+    """For the W&B steps after training, whose results are saved first: W&B failing (its errors, the network, its
+    files) is one warning that ``what`` was not logged and what is ``kept``; the caller goes on (a decorated
+    function returns None). Anything else propagates."""
     import wandb
 
     try:
         yield
     except (wandb.Error, OSError) as error:
-        _finish_failed(wandb)
+        with suppress(wandb.Error, OSError):
+            wandb.finish(exit_code=1)
         warnings.warn(f"W&B could not log {what} ({failure(error)}): {kept}", stacklevel=1)
