@@ -59,9 +59,12 @@ class RecipeModule(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        # The arguments, in the checkpoint (analysis/checkpoint.py rebuilds the ViT from "model"), not in the
+        # The arguments, named, in the checkpoint (analysis/checkpoint.py rebuilds the ViT from "model"), not in the
         # loggers: W&B's config is the resolved Hydra config (vitladder.wandb.run.make_logger).
-        self.save_hyperparameters(logger=False)
+        recipe = {"model": model, "optim": optim, "label_smoothing": label_smoothing, "mixup": mixup}
+        schedule = {"max_epochs": max_epochs, "warmup_epochs": warmup_epochs, "steps_per_epoch": steps_per_epoch}
+        run = {"normalization": normalization, "compile": compile, "fused_adamw": fused_adamw, "seed": seed}
+        self.save_hyperparameters(recipe | schedule | run, logger=False)
         self.compile_failed = False  # set by a failed compile: this process then runs the model eagerly
         self.vit_config = ViTConfig(**model)
         self.model = build_vit(self.vit_config)
