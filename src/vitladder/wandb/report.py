@@ -3,6 +3,7 @@ log; a rung of several seeds is one line (runs grouped by ``config.rung``: mean 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -125,9 +126,18 @@ def online_entity(entity: str | None) -> str:
     key); else one line saying why not."""
     import wandb
 
+    # W&B's service asks the server twice at most, the init timeout each (in whole seconds: it drops fractions, and 0
+    # is no limit), and answers this process, which waits longer: by default it retries an unanswered request for
+    # minutes, and where this process stops waiting first, the service misses the exit hook that ends it and the
+    # command hangs. The x_ settings are W&B's own knobs for its GraphQL client (0 retries means its default);
+    # tests/wandb/test_report.py asks a server that never answers.
+    attempt_s = math.ceil(init_timeout_s())
+    wandb.setup(
+        wandb.Settings(x_graphql_retry_max=1, x_graphql_timeout_seconds=attempt_s, x_graphql_retry_wait_max_seconds=1)
+    )
     try:
         if wandb.login(prompt=False, verify=False):
-            api = wandb.Api(timeout=init_timeout_s())  # W&B asks its server who the API key belongs to
+            api = wandb.Api(timeout=2 * attempt_s + 10)  # W&B asks its server who the API key belongs to
             return entity or api.default_entity
         reason = "not logged in"
     except wandb.Error as error:
