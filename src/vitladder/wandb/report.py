@@ -123,7 +123,8 @@ def build_wandb_report(
 
 def online_entity(entity: str | None) -> str:
     """``entity``, or the W&B user's default entity, once W&B is online (logged in, its server answering the API
-    key); else one line saying why not."""
+    key); else one line saying why not. W&B's request limits set here hold for the rest of the process (the
+    Report's save included): call it from a command, not beside a training run."""
     import wandb
 
     # W&B's service asks the server twice at most, the init timeout each (in whole seconds: it drops fractions, and 0
