@@ -1,12 +1,10 @@
 """How fast the project trains and analyses, against a bare PyTorch loop doing the same work (``make bench``).
 
-Per model width, the medians of alternating rounds of: the project's images/s (``RecipeModule`` and
-``ImageDataModule`` through ``L.Trainer.fit``, quiet), a bare loop's (the module's model, AdamW and loss, no MixUp,
-on the same batches, precision and device in a plain ``for`` loop: the ratio is Lightning's and the module's
-overhead) and the data's share of a step (``DeviceBatches`` alone); each configured probe as the callback runs it on
-``analysis_images`` test images, scaled to 1,000, against one epoch; and once, the host syncs per training and
-evaluation step (``devtools.syncs``; 0 is the aim) and one ``last.ckpt`` written and fsynced as a run saves it.
-A step is timed from its start to the next one's (its batch fetched, every hook): ``per_step``.
+Per model width, the medians of alternating rounds of the project's images/s (``L.Trainer.fit``), a bare loop's
+(the module's model, AdamW and loss on the same batches, precision and device, no MixUp: the ratio is Lightning's and
+the module's overhead) and the data's share of a step; each configured probe on ``analysis_images`` test images,
+scaled to 1,000, against one epoch; and once, the host syncs per training and evaluation step (0 is the aim) and one
+``last.ckpt`` written and fsynced as a run saves it. A step is timed from its start to the next one's: ``per_step``.
 """
 
 from __future__ import annotations
@@ -246,27 +244,24 @@ class _CountSteps(L.Callback):
 def time_loop_costs(cfg: DictConfig, datamodule: ImageDataModule, s: BenchSettings, folder: Path) -> dict:
     """Host syncs per training and per evaluation step of the project's Lightning path, and the seconds and MiB of
     one last.ckpt of its trained state, written into ``folder`` as a run writes it (AtomicCheckpointIO)."""
-    module = build_module(cfg, datamodule)
+    module, host, cuda = build_module(cfg, datamodule), {}, {}
     with HostSyncs(cuda=s.device == "cuda") as syncs:
         counter = _CountSteps(syncs, s.warmup, s.steps)
         fitted = _trainer(cfg, s, counter, limit_train_batches=s.warmup + s.steps + 1)
         fitted.fit(module, datamodule=datamodule)
-        train = syncs.total, syncs.cuda
+        host["train"], cuda["train"] = syncs.total / s.steps, (syncs.cuda or 0) / s.steps
+        syncs.seen.clear()  # then the evaluation's own
+        syncs.cuda = None if syncs.cuda is None else 0
         evaluator = _trainer(cfg, s, counter, limit_val_batches=EVAL_STEPS + 1)
         evaluator.validate(module, datamodule=datamodule, verbose=False)
-        evaluate = syncs.total - train[0], None if syncs.cuda is None else syncs.cuda - train[1]
+        host["eval"], cuda["eval"] = syncs.total / EVAL_STEPS, (syncs.cuda or 0) / EVAL_STEPS
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".bench-checkpoint-") as tmp:
         path = Path(tmp) / "last.ckpt"
         save_s = seconds_per_call(lambda: fitted.save_checkpoint(path), CHECKPOINT_SAVES, s.device, warmup=1)
         mib = path.stat().st_size / 2**20
-    counts = {"train": (train, s.steps), "eval": (evaluate, EVAL_STEPS)}
-    return {
-        "host_syncs_per_step": {key: n[0] / steps for key, (n, steps) in counts.items()},
-        "cuda_syncs_per_step": None if syncs.cuda is None else {k: n[1] / steps for k, (n, steps) in counts.items()},
-        "checkpoint_s": save_s,
-        "checkpoint_mib": mib,
-    }
+    cuda = None if syncs.cuda is None else cuda
+    return {"host_syncs_per_step": host, "cuda_syncs_per_step": cuda, "checkpoint_s": save_s, "checkpoint_mib": mib}
 
 
 def time_probes(

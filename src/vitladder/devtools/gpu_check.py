@@ -94,15 +94,6 @@ def choose(measured: dict[str, dict]) -> str:
     return max(measured, key=lambda name: (measured[name]["epochs_in_budget"], measured[name]["images_per_s"]))
 
 
-def why_not(name: str, device: str, left_s: float, budget_s: float) -> str | None:
-    """Why setting ``name`` is not benchmarked here, or None. Inductor builds CPU kernels with a C++ compiler."""
-    if SETTINGS[name] and device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        return "no C++ compiler for inductor's CPU kernels"
-    if SETTINGS[name] and left_s < 0.4 * budget_s:
-        return f"{left_s:.0f} s left of the budget: no time to compile"
-    return None
-
-
 def benchmark(options: CheckOptions, left: Callable[[], float], device: str, log: Callable[[str], None]):
     """(each benchmarked setting's figures, the settings skipped with why, the loop's host syncs and checkpoint cost,
     the training and validation images); ``left()``: the seconds left of the budget."""
@@ -113,9 +104,15 @@ def benchmark(options: CheckOptions, left: Callable[[], float], device: str, log
     width = ("tiny" if options.smoke else "full", int(cfg.model.embed_dim))
     s = BenchSettings(*width, device, int(cfg.data.batch_size), warmup, steps, rounds=1, rung=RUNG)
     datamodule = bench_data(cfg, s)
+    no_compiler = device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++"))  # for inductor
     for name in options.settings:
-        started, compiled = time.perf_counter(), SETTINGS[name]
-        if not (reason := why_not(name, device, left(), options.budget_s)):
+        started, compiled, left_s = time.perf_counter(), SETTINGS[name], left()
+        reason = None
+        if compiled and no_compiler:
+            reason = "no C++ compiler for inductor's CPU kernels"
+        elif compiled and left_s < 0.4 * options.budget_s:
+            reason = f"{left_s:.0f} s left of the budget: no time to compile"
+        else:
             try:
                 setting_cfg = compose(options, f"speed.compile={str(compiled).lower()}")
                 step_s = time_project(setting_cfg, datamodule, replace(s, compile=compiled))
@@ -200,10 +197,9 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     epoch_s = epoch_seconds(measured[setting]["images_per_s"], num_train, num_val)
     saves = saves_in(epochs, epoch_s, every_n, interval_s)
     log(f"training {RUNG}: {epochs} of {full_epochs} epochs, {setting}, {saves} checkpoints, within {train_s:.0f} s")
-    share = round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4)
     result["checkpoint"] = {"save_s": round(loop["checkpoint_s"], 3), "mib": round(loop["checkpoint_mib"], 1)}
     result["checkpoint"] |= {"every_n_epochs": every_n, "min_interval_s": interval_s, "saves_planned": saves}
-    result["checkpoint"]["share_of_training_planned"] = share
+    result["checkpoint"]["share_of_training_planned"] = round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4)
     train = {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs}
     train |= {"max_time": max_time(train_s), "steps_planned": epochs * (num_train // batch), "source": options.data}
     result["train"] = train | {"train_images": num_train, "val_images": num_val}
