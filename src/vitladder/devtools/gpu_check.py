@@ -202,7 +202,8 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
     result["checkpoint"]["share_of_training_planned"] = round(saves * loop["checkpoint_s"] / (epochs * epoch_s), 4)
     train = {"rung": RUNG, "setting": setting, "epochs_planned": epochs, "epochs_of_recipe": full_epochs}
     train |= {"max_time": max_time(train_s), "steps_planned": epochs * (num_train // batch), "source": options.data}
-    result["train"] = train | {"train_images": num_train, "val_images": num_val}
+    train |= {"train_images": num_train, "val_images": num_val}
+    result["train"] = train  # the training phase adds what it trained
 
     cfg = compose(
         options,
@@ -215,14 +216,13 @@ def run_check(options: CheckOptions, log: Callable[[str], None] = print) -> dict
         try:
             summary = train_rung(cfg)
         except Exception:
-            result["train"].update(trained_so_far(paths))
-            result["failed"] = {"phase": "analysis" if "test_acc" in result["train"] else "training"}
+            train |= trained_so_far(paths)
+            result["failed"] = {"phase": "analysis" if "test_acc" in train else "training"}
             raise
-        trained = {"epochs_trained": summary["epochs"], "steps_trained": summary["steps"], "data": summary["data"]}
         # epochs_trained: a fraction where max_time stopped the last epoch part way; the warmup shortened with the rest
-        trained |= {"steps_planned": epochs * summary["steps_per_epoch"], "test_images": summary["test_images"]}
-        trained |= {"warmup_epochs": scaled_epochs(cfg)[1], "warmup_epochs_of_recipe": scaled_epochs(base)[1]}
-        result["train"] |= trained
+        train |= {"epochs_trained": summary["epochs"], "steps_trained": summary["steps"], "data": summary["data"]}
+        train |= {"steps_planned": epochs * summary["steps_per_epoch"], "test_images": summary["test_images"]}
+        train |= {"warmup_epochs": scaled_epochs(cfg)[1], "warmup_epochs_of_recipe": scaled_epochs(base)[1]}
         shown = ("distance_px", "distance_drop_px", "entropy_nats")
         rows = read_csv(paths.layers_csv)
         layers = [{"layer": int(row["layer"]), **{k: float(row[k]) for k in shown}} for row in rows]
