@@ -80,9 +80,7 @@ def parent_in(defaults: Any, path: Path) -> str | None:
     configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
     if defaults is not None and not isinstance(defaults, (list, ListConfig)):
         raise UserError(f"{path}: defaults must be a list, e.g. defaults: [epochs200, _self_]")
-    names = (
-        entry.partition("@")[0].strip().removeprefix("/step/") for entry in defaults or () if isinstance(entry, str)
-    )
+    names = [name.partition("@")[0].strip().removeprefix("/step/") for name in defaults or () if isinstance(name, str)]
     parents = [name for name in names if name != "_self_" and not name.startswith("/")]
     if len(parents) > 1:
         raise UserError(f"{path}: defaults name {len(parents)} rungs ({', '.join(parents)}); a rung builds on one")
@@ -179,7 +177,7 @@ def is_step_override(override: str) -> bool:
 def accept_plus_step(overrides: Sequence[str]) -> list[str]:
     """`+step=<rung>` as `step=<rung>`: Hydra refuses `+` on a group of the defaults list (conf/config.yaml has
     `step: null`), and `+step=` is what earlier versions of this project (and many Hydra projects) document."""
-    return [o.lstrip("+") if o.startswith("+") and is_step_override(o) else o for o in overrides]
+    return [o.lstrip("+") if is_step_override(o) else o for o in overrides]
 
 
 def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
