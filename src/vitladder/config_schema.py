@@ -17,7 +17,6 @@ from omegaconf import MISSING, OmegaConf
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
 # A key's valid values: in range?, the range in words, an example value (config.check_values).
 Valid = tuple[Callable[[Any], bool], str, str]
@@ -214,7 +213,7 @@ class Config:
     rung_info: dict[str, RungInfo] = setting(factory=dict, in_recipe=False)
     ladder: str = setting(
         valid=(
-            lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
+            lambda v: len(v) <= 100 and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,  # nothing hidden
             "a plain folder name (letters, digits, '.', '_', '-'; no '/')",
             "my-ladder",
         ),
