@@ -5,7 +5,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from vitladder.cli import check_job, reports_user_errors, run_app
-from vitladder.config import register_resolvers
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -22,5 +21,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    register_resolvers()
     run_app(main)

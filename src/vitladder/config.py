@@ -59,6 +59,9 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(name, resolver, replace=True)
 
 
+register_resolvers()  # for conf/config.yaml, composed by train.py's Hydra or compose_unchecked
+
+
 # --- the ladder: one conf/step/<rung>.yaml per rung holds its delta, its `rung_info` (a one-line description, the
 # article's reference figures where there are any) and, in its Hydra `defaults`, the rung it builds on. The ladder
 # is the chain from the one rung without a parent, so adding a rung is adding a file.
@@ -77,8 +80,8 @@ def parent_in(defaults: Any, path: Path) -> str | None:
     configs (`/data/...`, `override ...`, a dict entry) are not rungs."""
     if defaults is not None and not isinstance(defaults, (list, ListConfig)):
         raise UserError(f"{path}: defaults must be a list, e.g. defaults: [epochs200, _self_]")
-    names = [entry.partition("@")[0].strip() for entry in defaults or () if isinstance(entry, str)]
-    parents = [name for name in (n.removeprefix("/step/") for n in names if n != "_self_") if not name.startswith("/")]
+    names = [name.partition("@")[0].strip().removeprefix("/step/") for name in defaults or () if isinstance(name, str)]
+    parents = [name for name in names if name != "_self_" and not name.startswith("/")]
     if len(parents) > 1:
         raise UserError(f"{path}: defaults name {len(parents)} rungs ({', '.join(parents)}); a rung builds on one")
     return parents[0] if parents else None
@@ -162,20 +165,23 @@ def rung_index(rung: str) -> int | None:
     return rung_names().index(rung) if rung in rung_names() else None
 
 
+def override_key(override: str) -> str:
+    """The key a command-line override sets, adds or deletes: `optim.lr` of `+optim.lr=3`, `step` of `~step`."""
+    return override.partition("=")[0].lstrip("+~")
+
+
 def is_step_override(override: str) -> bool:
-    """Whether a command-line override picks the rung: `step=augment`, `+step=patch8`, `~step`."""
-    return override.partition("=")[0].lstrip("+~") == "step"
+    return override_key(override) == "step"
 
 
 def accept_plus_step(overrides: Sequence[str]) -> list[str]:
     """`+step=<rung>` as `step=<rung>`: Hydra refuses `+` on a group of the defaults list (conf/config.yaml has
     `step: null`), and `+step=` is what earlier versions of this project (and many Hydra projects) document."""
-    return [o.lstrip("+") if o.startswith("+") and is_step_override(o) else o for o in overrides]
+    return [o.lstrip("+") if is_step_override(o) else o for o in overrides]
 
 
 def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
     """conf/config.yaml with `overrides`, as Hydra composes it for train.py (inside train.py, by its Hydra)."""
-    register_resolvers()
     running = GlobalHydra.instance().is_initialized()
     with contextlib.nullcontext() if running else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
@@ -222,74 +228,60 @@ def validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         schema = OmegaConf.structured(Config)
         schema.data = OmegaConf.structured(OmegaConf.get_type(cfg, "data"))
         OmegaConf.merge(schema, OmegaConf.to_container(cfg))
-        errors = range_errors(cfg)  # before resolving: trainer.precision's resolver imports torch
-        errors += [
-            f"{key} has no value: give one on the command line, {key}=..."
-            for key in sorted(OmegaConf.missing_keys(cfg))
-        ]
-        if errors:
-            raise UserError(errors[0])
+        check_values(cfg)  # before resolving: trainer.precision's resolver imports torch
+        if missing := sorted(OmegaConf.missing_keys(cfg)):
+            raise UserError(f"{missing[0]} has no value: give one on the command line, {missing[0]}=...")
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as error:
         raise explain(error, overrides) from None
 
 
-def range_errors(cfg: DictConfig) -> list[str]:
-    """One message per value outside the range its schema field declares, then per broken rule across keys."""
-    errors = []
+def check_values(cfg: DictConfig) -> None:
+    """A UserError for the first value outside the range its schema field declares, then for a rule across keys."""
     for key, in_range, words, example in valid_values(OmegaConf.get_type(cfg, "data")):
         with contextlib.suppress(MissingMandatoryValue):  # validate says it has no value
             if not in_range(value := OmegaConf.select(cfg, key, throw_on_missing=True)):
                 shown = repr(value) if isinstance(value, str) else "null" if value is None else value
-                errors.append(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
+                raise UserError(f"{key}={shown} is not valid: {key} must be {words}, e.g. {key}={example}")
     probes = sorted(info.name for info in pkgutil.iter_modules([str(PROBES_DIR)]) if not info.name.startswith("_"))
     if unknown := [name for name in cfg.analysis.probes or () if name not in probes]:
-        errors.append(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
+        raise UserError(f"analysis.probes: no probe '{unknown[0]}': choose from {', '.join(probes)}")
     heads, width = cfg.model.num_heads, cfg.model.embed_dim
     if heads >= 1 and width % heads:
-        errors.append(
+        raise UserError(
             f"model.embed_dim={width} is not valid: it must be a multiple of model.num_heads={heads}, "
             f"e.g. model.embed_dim={64 * heads}"
         )
-    return errors
 
 
 def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
     """The UserError for a failed composition or check of the config with `overrides`."""
     cause, message = error.__cause__ or error, str(error)
+    first = next((line.strip() for line in message.splitlines() if line.strip()), type(error).__name__)
     full_key = re.sub(r"\[\d+\]$", "", getattr(cause, "full_key", None) or "")  # optim.betas[0]: the list
     if isinstance(error, OverrideParseException):
         return UserError(
             f"malformed override {error.override!r} ({error.message.strip().splitlines()[0]}): write key=value, "
             "quoting a value with spaces or brackets, e.g. 'data.root=\"/data/my cifar\"'"
         )
-    if isinstance(error, MissingConfigException):
-        return UserError(missing_option(message))
+    if isinstance(error, MissingConfigException):  # `data=imagenet`: Hydra's several lines as one
+        group, _, option = (error.missing_cfg_file or "").partition("/")  # the groups are top-level: data=../etc
+        if not (option and error.options):
+            return UserError(first)
+        if group == "step":  # the rungs in ladder order
+            return UserError(f"unknown rung '{option}': choose one of {', '.join(rung_names())}")
+        return UserError(
+            f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(error.options)}"
+        )
     if already := re.search(r"An item is already at '([^']+)'", message):
         key = already.group(1)
-        given = next((o for o in overrides if o.lstrip("+").partition("=")[0] == key), f"+{key}=...")
+        given = next((o for o in overrides if override_key(o) == key), f"+{key}=...")
         return UserError(f"{given}: {key} is already a key; set it without the +: {given.lstrip('+')}")
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and full_key:
         return UserError(unknown_key(full_key, getattr(cause, "object_type", None)))
     if isinstance(cause, ValidationError) and full_key:
         return UserError(wrong_type(full_key, overrides))
-    first = next((line.strip() for line in message.splitlines() if line.strip()), type(error).__name__)
     return UserError(f"{first.rstrip('.')} (overrides: {' '.join(overrides)})")
-
-
-def missing_option(message: str) -> str:
-    """`data=imagenet`: Hydra's "Could not find 'data/imagenet'" and the options it lists, on one line (an unknown
-    rung: the rungs in ladder order)."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    found = re.search(r"Could not find '([^'/]+)/([^']+)'", lines[0])
-    listed = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
-    if not found or listed is None:
-        return lines[0]
-    group, option = found.groups()  # the groups are top-level: `data=../etc` is data
-    if group == "step":
-        return f"unknown rung '{option}': choose one of {', '.join(rung_names())}"
-    options = [line for line in lines[listed + 1 :] if " " not in line and "=" not in line]
-    return f"{group}={option}: no such choice (conf/{group}/{option}.yaml); choose one of {', '.join(options)}"
 
 
 def unknown_key(key: str, node_type: type | None = None) -> str:
@@ -317,7 +309,7 @@ def wrong_type(key: str, overrides: Sequence[str]) -> str:
     """`trainer.max_epochs='abc' is not valid: trainer.max_epochs takes an integer, e.g. trainer.max_epochs=100`:
     what the schema's type takes, in words, and the key's value without the faulty override."""
     keys = schema_keys()
-    given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), None)
+    given = next((o for o in overrides if override_key(o) == key), None)
     if key in keys:
         optional = type(None) in typing.get_args(keys[key])  # `int | None`: int, or null
         hint = next(arg for arg in typing.get_args(keys[key]) if arg is not type(None)) if optional else keys[key]

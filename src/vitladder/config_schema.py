@@ -14,13 +14,11 @@ from typing import Any, get_type_hints
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-DATA_SOURCES = "vitladder.data.sources"  # data=<name> is the module DATA_SOURCES.<name> (data_schemas)
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 WANDB_ALIASES = ("dryrun", "run", "shared")  # wandb's own older names, passed through to it
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ladder's folder name: no path, nothing hidden
 
-# A key's valid values: in range?, the range in words, an example value (config.range_errors).
+# A key's valid values: in range?, the range in words, an example value (config.check_values).
 Valid = tuple[Callable[[Any], bool], str, str]
 
 
@@ -215,7 +213,7 @@ class Config:
     rung_info: dict[str, RungInfo] = setting(factory=dict, in_recipe=False)
     ladder: str = setting(
         valid=(
-            lambda v: len(v) <= 100 and PLAIN_NAME.fullmatch(v) is not None,
+            lambda v: len(v) <= 100 and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,  # nothing hidden
             "a plain folder name (letters, digits, '.', '_', '-'; no '/')",
             "my-ladder",
         ),
@@ -241,7 +239,7 @@ class Config:
 
 def data_schemas() -> dict[str, type[DataConfig]]:
     """data=<name> -> its module's ``Config`` (DataConfig if none); reached by name: the sources are a layer above."""
-    sources = importlib.import_module(DATA_SOURCES)
+    sources = importlib.import_module("vitladder.data.sources")
     return {name: getattr(sources.source_named(name), "Config", DataConfig) for name in sources.source_names()}
 
 
@@ -263,13 +261,10 @@ def schema_fields(
     hints = get_type_hints(schema)
     for f in fields(schema):
         key, hint = f"{prefix}{f.name}", hints[f.name]
-        if schema is Config and f.name == "data":
-            for data in [source] if source else data_schemas().values():
-                yield from schema_fields(source, data, "data.")
-            continue
         yield key, f, hint
-        if is_dataclass(hint):
-            yield from schema_fields(source, hint, f"{key}.")
+        blocks = ([source] if source else data_schemas().values()) if key == "data" else [hint]
+        for block in filter(is_dataclass, blocks):
+            yield from schema_fields(source, block, f"{key}.")
 
 
 def schema_keys(source: type[DataConfig] | None = None) -> dict[str, Any]:
