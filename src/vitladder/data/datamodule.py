@@ -63,8 +63,7 @@ def split_train_val_test(
 
 class ImageDataModule(L.LightningDataModule):
     """Train / validation / test splits held as uint8 tensors on the training device, cut into batches there by
-    DeviceBatches. After ``setup``: ``classes``, ``num_classes``, ``image_size``, ``stats`` (the source's, else the
-    training split's), ``steps_per_epoch`` and ``facts()``."""
+    DeviceBatches; ``stats`` (after ``setup``): the source's, else the training split's."""
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
         super().__init__()
@@ -106,8 +105,7 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def facts(self) -> dict:
-        """What the run's data are, for done.json and every report: the pixels (ImageSplits.origin), the images of
-        each split, and whether the test images are in the official order or a seeded sample."""
+        """What the run's data are, for done.json and every report."""
         return {
             "data": self.splits.origin,
             "train_images": len(self.train.labels),

@@ -225,9 +225,7 @@ class ArchiveTree:
     def _read(self, max_file_bytes: int) -> None:
         source, count, total = self.source, 0, 0
         with open(source, "rb") as raw:
-            magic = raw.read(6)
-            raw.seek(0)
-            unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if magic.startswith(start)), None)
+            unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if raw.peek(6).startswith(start)), None)
             stream = Budget(unpack(raw) if unpack else raw, source)
             with stream.stream, tarfile.open(fileobj=stream, mode="r|") as archive:  # 'r|': a stream, read once
                 while (member := archive.next()) is not None:

@@ -9,7 +9,7 @@ import hashlib
 import io
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +73,7 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
                     f"(mode {image.mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG"
                 )
             if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
-                rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
-                return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
+                return np.asarray(image.convert("RGBA").convert("RGBa"))[:, :, :3]  # premultiplied, rounded
             return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except DataError:
         raise
@@ -181,7 +180,7 @@ def _fingerprint(source: Path, listing: tuple[set[Parts], dict[Parts, Node | Dat
     return digest.hexdigest()
 
 
-def _splits(arrays: dict[str, np.ndarray]) -> ImageSplits:
+def _splits(arrays: Mapping[str, np.ndarray]) -> ImageSplits:  # the decoded arrays, or the cache file's
     tensors = {k: torch.from_numpy(arrays[k]) for k in ("train_images", "train_labels", "test_images", "test_labels")}
     return ImageSplits(**tensors, classes=tuple(str(c) for c in arrays["classes"]), origin=str(arrays["origin"]))
 
@@ -211,7 +210,7 @@ def load_image_folder(
     cache_path = Path(cache_dir).expanduser() / name
     # No cache yet, or a truncated or foreign file: never fatal, the source is decoded again and the file replaced.
     with contextlib.suppress(Exception), np.load(cache_path, allow_pickle=False) as cached:
-        return _splits({key: cached[key] for key in cached.files})
+        return _splits(cached)
 
     tree = ArchiveTree(source, max_file_bytes) if is_archive else FolderTree(source)
     dirs, files = listing or walk(tree, max_file_bytes, _is_candidate)
