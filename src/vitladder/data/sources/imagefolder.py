@@ -98,7 +98,7 @@ def _layout(source: Path, dirs: set[Parts], files: dict, classes: list[str]) -> 
         prefix = (*tops[0], split) if wrapped else (split,)
         if prefix not in dirs:
             raise DataError(f"{source} has no {split}/ folder: {LAYOUT}")
-        found = sorted({d[len(prefix)] for d in dirs if len(d) > len(prefix) and d[: len(prefix)] == prefix})
+        found = sorted(d[-1] for d in dirs if d[:-1] == prefix)  # walk lists every folder above a listed one
         if not found:
             raise DataError(f"{source}: {split}/ has no class folders: {LAYOUT}")
         if split == "train":
