@@ -41,10 +41,8 @@ class Split:
 def split_train_val_test(
     splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
 ) -> tuple[Split, Split, Split]:
-    """Holds out a seeded validation set from train (``val_size`` 0: none). The test set keeps its official order
-    where the source has one (CIFAR-10: "the first N test images" are the published ones), and is otherwise shuffled
-    once by the same generator, so that the first N are a fixed sample of every class even where files come grouped
-    by class."""
+    """Holds out a seeded validation set from train (``val_size`` 0: none). A test set without an official order is
+    shuffled once by the same generator, so that its first N are a fixed sample of every class."""
     generator = torch.Generator().manual_seed(split_seed)
     order = torch.randperm(len(splits.train_labels), generator=generator)
     if val_size >= len(order):
