@@ -234,7 +234,7 @@ def test_a_malformed_sparse_map_is_one_line(tmp_path: Path) -> None:
 def read_members(archive: Path) -> dict:
     """{path: its bytes} of the archive's wanted members, every path wanted."""
     tree = ArchiveTree(archive, MIB)
-    return walk(tree, MIB, lambda parts: True)[1]
+    return walk(tree, lambda parts: True)[1]
 
 
 def test_headers_count_towards_the_decompressed_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,7 +286,7 @@ def test_entries_and_total_bytes_are_bounded(tmp_path: Path, monkeypatch: pytest
         with pytest.raises(DataError, match="GiB of members: too much"):  # (the archive itself is over 300 bytes)
             read_members(archive)
     monkeypatch.setattr(trees, "MAX_ENTRIES", 16)
-    assert len(walk(FolderTree(root), MIB, sources._is_candidate)[1]) == 10
+    assert len(walk(FolderTree(root, MIB), sources._is_candidate)[1]) == 10
 
 
 # ---------------------------------------------------------------------------------------------

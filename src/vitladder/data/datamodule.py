@@ -41,10 +41,8 @@ class Split:
 def split_train_val_test(
     splits: ImageSplits, val_size: int, split_seed: int, train_subset: int | None, test_subset: int | None
 ) -> tuple[Split, Split, Split]:
-    """Holds out a seeded validation set from train (``val_size`` 0: none). The test set keeps its official order
-    where the source has one (CIFAR-10: "the first N test images" are the published ones), and is otherwise shuffled
-    once by the same generator, so that the first N are a fixed sample of every class even where files come grouped
-    by class."""
+    """Holds out a seeded validation set from train (``val_size`` 0: none). A test set without an official order is
+    shuffled once by the same generator, so that its first N are a fixed sample of every class."""
     generator = torch.Generator().manual_seed(split_seed)
     order = torch.randperm(len(splits.train_labels), generator=generator)
     if val_size >= len(order):
@@ -63,8 +61,7 @@ def split_train_val_test(
 
 class ImageDataModule(L.LightningDataModule):
     """Train / validation / test splits held as uint8 tensors on the training device, cut into batches there by
-    DeviceBatches. After ``setup``: ``classes``, ``num_classes``, ``image_size``, ``stats`` (the source's, else the
-    training split's), ``steps_per_epoch`` and ``facts()``."""
+    DeviceBatches; ``stats`` (after ``setup``): the source's, else the training split's."""
 
     def __init__(self, data_cfg: DictConfig, seed: int = 0) -> None:
         super().__init__()
@@ -106,8 +103,7 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def facts(self) -> dict:
-        """What the run's data are, for done.json and every report: the pixels (ImageSplits.origin), the images of
-        each split, and whether the test images are in the official order or a seeded sample."""
+        """What the run's data are, for done.json and every report."""
         return {
             "data": self.splits.origin,
             "train_images": len(self.train.labels),

@@ -82,10 +82,8 @@ class DeviceBatches:
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         indices = self.indices(self.epoch)  # a generator: read at the first batch, after Lightning's set_epoch
-        generator = None
-        if self.augment:  # one stream per rank: ranks must not crop their shards identically
-            generator = torch.Generator(device=self.images.device)
-            generator.manual_seed(stream_seed(self.seed, self.epoch, "augment", self.rank))
+        seed = stream_seed(self.seed, self.epoch, "augment", self.rank)  # one per rank: each crops its shard its way
+        generator = torch.Generator(self.images.device).manual_seed(seed) if self.augment else None
         for start in range(0, self.num_batches * self.batch_size, self.batch_size):
             batch = indices[start : start + self.batch_size]  # (B,)
             images = self.images[batch]  # (B, C, H, W) uint8, gathered on the device

@@ -48,6 +48,9 @@ class Node(NamedTuple):  # what a path leads to, links followed
     stamp: str = ""  # a folder's files: size and mtime, for the cache's fingerprint
 
 
+Listing = tuple[set[Parts], dict[Parts, Node | DataError]]  # what walk finds
+
+
 class Unreadable(Exception):
     """A link that cannot be followed; ``str()`` says why, e.g. "is a symlink loop"."""
 
@@ -71,13 +74,11 @@ def not_a_file(source: Path, parts: Parts, what: str) -> DataError:
     return DataError(f"{source}: {show(parts)} is not a regular file ({what}): remove it")
 
 
-def walk(
-    tree: FolderTree | ArchiveTree, max_file_bytes: int, wanted: Callable[[Parts], bool]
-) -> tuple[set[Parts], dict[Parts, Node | DataError]]:
+def walk(tree: FolderTree | ArchiveTree, wanted: Callable[[Parts], bool]) -> Listing:
     """(every folder, {each path ``wanted`` accepts: its Node, or the DataError that stands for it}), hidden names
     left out. A link that cannot be followed, or a folder link back to a folder above it, is a DataError at once; a
     wanted path that is no regular file or is too big is kept as its DataError: it matters only in the layout."""
-    source, dirs, files, broken = tree.source, set(), {}, []
+    source, max_file_bytes, dirs, files, broken = tree.source, tree.max_file_bytes, set(), {}, []
     count = total = 0
     stack = [((), (tree.lookup(()).key,))]
     while stack:
@@ -133,6 +134,7 @@ def _os_error(verb: str, path: Path, error: OSError) -> DataError:
 @dataclass
 class FolderTree:
     source: Path
+    max_file_bytes: int
     kind = "folder"
 
     def children(self, parts: Parts) -> list[str]:
@@ -154,18 +156,18 @@ class FolderTree:
         key = (st.st_dev, st.st_ino)
         return Node(_kind(st.st_mode), st.st_size, key, os.path.islink(path), f"{st.st_size}:{st.st_mtime_ns}")
 
-    def read(self, parts: Parts, max_file_bytes: int) -> bytes:
+    def read(self, parts: Parts) -> bytes:
         """The bytes of a regular file, checked again on the open file: it may have changed since the walk."""
         path = self.source.joinpath(*parts)
         try:  # non-blocking: a FIFO swapped in after the walk must not hang the open
             with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
                 if (kind := _kind(os.fstat(f.fileno()).st_mode)) != "file":
                     raise not_a_file(self.source, parts, kind)
-                data = f.read(max_file_bytes + 1)
+                data = f.read(self.max_file_bytes + 1)
         except OSError as error:
             raise _os_error("read", path, error) from error
-        if len(data) > max_file_bytes:
-            raise too_big(self.source, show(parts), os.stat(path).st_size, max_file_bytes)
+        if len(data) > self.max_file_bytes:
+            raise too_big(self.source, show(parts), os.stat(path).st_size, self.max_file_bytes)
         return data
 
 
@@ -212,9 +214,9 @@ class ArchiveTree:
     kind = "archive"
 
     def __init__(self, source: Path, max_file_bytes: int) -> None:
-        self.source, self.entries, self.data = source, {}, {}
+        self.source, self.max_file_bytes, self.entries, self.data = source, max_file_bytes, {}, {}
         try:
-            self._read(max_file_bytes)
+            self._read()
         except (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, OSError, ValueError) as error:
             detail = f"{type(error).__name__}: {error}"[:80]
             raise DataError(f"{source} is truncated or corrupted ({detail}): copy or download it again") from error
@@ -222,12 +224,10 @@ class ArchiveTree:
         for parts in sorted(self.entries):
             self.index.setdefault(parts[:-1], []).append(parts[-1])
 
-    def _read(self, max_file_bytes: int) -> None:
-        source, count, total = self.source, 0, 0
+    def _read(self) -> None:
+        source, max_file_bytes, count, total = self.source, self.max_file_bytes, 0, 0
         with open(source, "rb") as raw:
-            magic = raw.read(6)
-            raw.seek(0)
-            unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if magic.startswith(start)), None)
+            unpack = next((unpack for start, unpack in DECOMPRESSORS.items() if raw.peek(6).startswith(start)), None)
             stream = Budget(unpack(raw) if unpack else raw, source)
             with stream.stream, tarfile.open(fileobj=stream, mode="r|") as archive:  # 'r|': a stream, read once
                 while (member := archive.next()) is not None:
@@ -267,7 +267,7 @@ class ArchiveTree:
         entry = self.entries.get(real, DIR)  # () is the root
         return Node(entry.kind, entry.size, real, via_link=hops > 0)
 
-    def read(self, parts: Parts, max_file_bytes: int) -> bytes:
+    def read(self, parts: Parts) -> bytes:
         return self.data[self.resolve(parts)[0]]
 
     def resolve(self, parts: Parts, hops: int = 0) -> tuple[Parts, int]:

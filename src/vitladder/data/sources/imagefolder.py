@@ -9,7 +9,7 @@ import hashlib
 import io
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from vitladder.atomic import atomic_path
 from vitladder.config_schema import DataConfig, setting
 from vitladder.data import trees
 from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits
-from vitladder.data.trees import ArchiveTree, FolderTree, Node, Parts, show, too_much, walk
+from vitladder.data.trees import ArchiveTree, FolderTree, Listing, Node, Parts, show, too_much, walk
 from vitladder.errors import DataError
 from vitladder.text import printable
 
@@ -73,8 +73,7 @@ def _decode_image(data: bytes, name: str, source: Path) -> np.ndarray:
                     f"(mode {image.mode}), whose range is not defined: save it as an 8-bit or 16-bit PNG"
                 )
             if image.has_transparency_data:  # alpha, or a transparent palette entry or colour: over black
-                rgba = np.asarray(image.convert("RGBA"), dtype=np.uint16)  # (H, W, 4)
-                return ((rgba[:, :, :3] * rgba[:, :, 3:] + 127) // 255).astype(np.uint8)
+                return np.asarray(image.convert("RGBA").convert("RGBa"))[:, :, :3]  # premultiplied, rounded
             return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except DataError:
         raise
@@ -99,7 +98,7 @@ def _layout(source: Path, dirs: set[Parts], files: dict, classes: list[str]) -> 
         prefix = (*tops[0], split) if wrapped else (split,)
         if prefix not in dirs:
             raise DataError(f"{source} has no {split}/ folder: {LAYOUT}")
-        found = sorted({d[len(prefix)] for d in dirs if len(d) > len(prefix) and d[: len(prefix)] == prefix})
+        found = sorted(d[-1] for d in dirs if d[:-1] == prefix)  # walk lists every folder above a listed one
         if not found:
             raise DataError(f"{source}: {split}/ has no class folders: {LAYOUT}")
         if split == "train":
@@ -116,9 +115,7 @@ def _layout(source: Path, dirs: set[Parts], files: dict, classes: list[str]) -> 
             yield from ((split, parts, label) for parts in members)
 
 
-def _decode(
-    tree: FolderTree | ArchiveTree, dirs: set[Parts], files: dict[Parts, Node | DataError], max_file_bytes: int
-) -> dict[str, np.ndarray]:
+def _decode(tree: FolderTree | ArchiveTree, dirs: set[Parts], files: dict[Parts, Node | DataError]) -> dict:
     """The arrays of train/ and test/ and their classes, every image checked: readable, decodable, square and of the
     first's size. One line once the pixels are over trees.MAX_TOTAL_BYTES (small files, huge images)."""
     source, console, pixels, first, classes = tree.source, Console(stderr=True), 0, None, []
@@ -132,7 +129,7 @@ def _decode(
     ):
         if isinstance(file := files[parts], DataError):
             raise file
-        image = _decode_image(tree.read(parts, max_file_bytes), show(parts), source)
+        image = _decode_image(tree.read(parts), show(parts), source)
         first = first or (parts, *image.shape[:2])
         first_parts, side, width = first
         if side != width:
@@ -168,7 +165,7 @@ def _origin(arrays: dict, suffixes: set[str]) -> str:
     return CIFAR10_JPEG if cifar10 and suffixes <= {".jpg", ".jpeg"} else OTHER
 
 
-def _fingerprint(source: Path, listing: tuple[set[Parts], dict[Parts, Node | DataError]] | None) -> str:
+def _fingerprint(source: Path, listing: Listing | None) -> str:
     """An archive's bytes; a folder's names, sizes and mtimes (hashing its files would be as slow as decoding)."""
     digest = hashlib.sha256(f"vitladder-imagefolder-v{CACHE_VERSION}".encode())
     if listing is None:
@@ -181,7 +178,7 @@ def _fingerprint(source: Path, listing: tuple[set[Parts], dict[Parts, Node | Dat
     return digest.hexdigest()
 
 
-def _splits(arrays: dict[str, np.ndarray]) -> ImageSplits:
+def _splits(arrays: Mapping[str, np.ndarray]) -> ImageSplits:  # the decoded arrays, or the cache file's
     tensors = {k: torch.from_numpy(arrays[k]) for k in ("train_images", "train_labels", "test_images", "test_labels")}
     return ImageSplits(**tensors, classes=tuple(str(c) for c in arrays["classes"]), origin=str(arrays["origin"]))
 
@@ -206,16 +203,16 @@ def load_image_folder(
     if is_archive and source.stat().st_size > trees.MAX_TOTAL_BYTES:  # before the fingerprint reads it all
         raise too_much(f"{source} is over {trees.MAX_TOTAL_BYTES / 2**30:g} GiB: too big")
 
-    listing = None if is_archive else walk(FolderTree(source), max_file_bytes, _is_candidate)
+    folder = None if is_archive else FolderTree(source, max_file_bytes)
+    listing = folder and walk(folder, _is_candidate)
     name = f"{source.name.split('.')[0] or 'images'}-{_fingerprint(source, listing)[:16]}.npz"
     cache_path = Path(cache_dir).expanduser() / name
     # No cache yet, or a truncated or foreign file: never fatal, the source is decoded again and the file replaced.
     with contextlib.suppress(Exception), np.load(cache_path, allow_pickle=False) as cached:
-        return _splits({key: cached[key] for key in cached.files})
+        return _splits(cached)
 
-    tree = ArchiveTree(source, max_file_bytes) if is_archive else FolderTree(source)
-    dirs, files = listing or walk(tree, max_file_bytes, _is_candidate)
-    arrays = _decode(tree, dirs, files, max_file_bytes)
+    tree = folder or ArchiveTree(source, max_file_bytes)
+    arrays = _decode(tree, *(listing or walk(tree, _is_candidate)))
     try:  # atomic: a crash or a parallel run never leaves half a cache
         with atomic_path(cache_path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **arrays)
