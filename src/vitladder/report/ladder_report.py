@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +98,7 @@ class RunRecord:
     seed: int
     path: Path
     done: dict
-    config: dict = field(default_factory=dict)
+    config: dict
 
     def table(self, name: str) -> list[dict]:
         """The rows of analysis/<name>.csv as floats ([] when not written)."""
@@ -182,10 +182,8 @@ def _fmt(result: RungResult, key: str, scale: float = 1.0, digits: int = 1, unit
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cells) + " |"
-
-    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
+    lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
+    return [lines[0], "|" + "---|" * len(header), *lines[1:]]
 
 
 def _setup_line(results: list[RungResult]) -> str:
