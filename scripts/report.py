@@ -35,10 +35,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise UserError(f"{args.ladder_dir}: no finished rung (no <rung>/done.json) to report on yet")
     report = build_report(args.ladder_dir)
     run_id = log_report_to_wandb(args.ladder_dir, project=args.project, mode=args.wandb_mode, entity=args.entity)
-    runs = sum(len(r.runs) for r in results)
-    print(
-        f"report of {len(results)} rungs ({runs} runs) written to {report}" + (f"; W&B run {run_id}" if run_id else "")
-    )
+    logged = f"; W&B run {run_id}" if run_id else ""
+    print(f"report of {len(results)} rungs ({sum(len(r.runs) for r in results)} runs) written to {report}{logged}")
     return report
 
 

@@ -29,7 +29,6 @@ from vitladder.run_folder import is_finished, read_summary
 STATIC_FILES = ("demo.css", "demo.js", "index.html")  # index.html last: its presence means the demo is complete
 BATCH = 64  # images per forward pass: bounds the float maps' memory
 MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
-POSITION_RANGE = (-1.0, 1.0)  # cosine similarity on the analysis figure's fixed scale: one legend, runs compare
 
 
 @torch.no_grad()
@@ -69,7 +68,7 @@ def position_payload(model: torch.nn.Module, grid: int) -> dict:
     ``similarity``, uint8 ``(N, N)`` on the fixed scale ``[low, high] = [-1, 1]`` (a patch's own cell is 255), and
     ``grid_correlation``, Spearman's rho of similarity and distance (null on a one-patch grid, where it has none)."""
     similarity = position_similarity(patch_position_embeddings(model))  # (N, N)
-    rho, (low, high) = grid_correlation(similarity, grid), POSITION_RANGE
+    rho, (low, high) = grid_correlation(similarity, grid), (-1.0, 1.0)  # the analysis figure's scale: runs compare
     return {
         "similarity": encode_array(quantise_range(similarity, low, high), "u1"),
         "low": low,

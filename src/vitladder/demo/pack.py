@@ -19,7 +19,6 @@ from matplotlib import colormaps
 from torch import Tensor
 
 DATA_FORMAT = "vitladder-demo/2"  # 2: the position embeddings' similarity
-GLOBAL_NAME = "VITLADDER_DEMO"
 
 
 def quantise_rows(values: Tensor) -> tuple[Tensor, Tensor]:
@@ -27,7 +26,7 @@ def quantise_rows(values: Tensor) -> tuple[Tensor, Tensor]:
     row becomes 255; an all-zero row stays 0 with maximum 0."""
     values = values.detach().float().clamp_min(0)
     scale = values.amax(dim=-1)  # (...,)
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(-1)
+    safe = torch.where(scale > 0, scale, 1.0).unsqueeze(-1)
     return torch.round(values / safe * 255).clamp(0, 255).to(torch.uint8), scale
 
 
@@ -59,5 +58,5 @@ def render_data_js(payload: dict[str, Any]) -> str:
     body = json.dumps(payload, separators=(",", ":")).translate(_SCRIPT_SAFE)  # ensure_ascii: U+2028 escaped too
     return (
         f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
-        f"window.{GLOBAL_NAME} = {body};\n"
+        f"window.VITLADDER_DEMO = {body};\n"
     )

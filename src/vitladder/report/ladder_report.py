@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from vitladder.atomic import write_text
 from vitladder.config import CONF_DIR, get_rung, rung_index, rung_names
 from vitladder.errors import UserError
 from vitladder.report.setting import ARTICLE, SETTING_COLUMNS, setting_row
-from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary
+from vitladder.run_folder import RunPaths, is_finished, parse_run_name, read_summary, rounded
 
 TRACKING_PNG = "tracking_by_epoch.png"
 TWO_DISTANCES = (
@@ -37,8 +37,7 @@ TRAINED = ["rung", "epochs", "optimizer steps", "data", "training images", "test
 
 
 def probes_of(results: list[RungResult]) -> list[str]:
-    """The probes the runs ran (their analysis.probes, in order of first appearance); the default list for runs
-    that name none."""
+    """The probes the runs ran (analysis.probes, in order of first appearance); the default list when none names any."""
     named = [n for r in results for run in r.runs for n in run.config.get("analysis", {}).get("probes", ())]
     known = [name for name in dict.fromkeys(named) if name in probe_names()]
     return known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes)
@@ -58,8 +57,7 @@ def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
 
 
 def figures(results: list[RungResult]) -> tuple[str, ...]:
-    """The report's PNGs: each per-layer value drawn, the tracked columns against epoch (when a probe tracks one),
-    the explainer."""
+    """The report's PNGs: each per-layer value drawn, the tracked columns against epoch (if any), the explainer."""
     drawn = [f"{value.short}_by_layer.png" for value in probe_layers(results) if value.figure]
     tracked = [TRACKING_PNG] if any(column.track for column in probe_columns(results)) else []
     return (*drawn, *tracked, "explainer.png")
@@ -100,7 +98,7 @@ class RunRecord:
     seed: int
     path: Path
     done: dict
-    config: dict = field(default_factory=dict)
+    config: dict
 
     def table(self, name: str) -> list[dict]:
         """The rows of analysis/<name>.csv as floats ([] when not written)."""
@@ -146,8 +144,7 @@ class RungResult:
         return row | self.setting(number="{}")
 
     def by_layer(self, key: str, table: str = "layers") -> list[float]:
-        """The per-layer mean over seeds of a column of ``<table>.csv`` (empty when not analysed, or written before
-        the column was declared)."""
+        """The per-layer mean over seeds of a ``<table>.csv`` column ([] if not analysed or older than the column)."""
         per_seed = [[row[key] for row in rows] for run in self.runs if (rows := run.table(table)) and key in rows[0]]
         return [sum(layer) / len(layer) for layer in zip(*per_seed)]
 
@@ -185,10 +182,8 @@ def _fmt(result: RungResult, key: str, scale: float = 1.0, digits: int = 1, unit
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cells) + " |"
-
-    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
+    lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
+    return [lines[0], "|" + "---|" * len(header), *lines[1:]]
 
 
 def _setup_line(results: list[RungResult]) -> str:
@@ -315,11 +310,7 @@ def build_report(ladder_dir: str | Path) -> Path:
     if any(len(r.runs) > 1 for r in results):  # several seeds: the intervals
         ci = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]
         csv_columns += ["n_seeds", *(f"{key}_ci95" for key in ci)]
-
-    def cell(value):
-        return "" if value is None else round(value, 6) if isinstance(value, float) else value
-
-    rows = [{column: cell(row[column]) for column in csv_columns} for row in (r.row(keys) for r in results)]
+    rows = [{column: rounded(row[column]) for column in csv_columns} for row in (r.row(keys) for r in results)]
     write_csv(ladder_dir / "ladder.csv", csv_columns, rows)
     _save_figures(results, ladder_dir)
     report = ladder_dir / "report.md"

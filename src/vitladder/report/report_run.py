@@ -4,6 +4,7 @@ Every table says which rung (``rung``, ``rung_index`` = position in the ladder) 
 from __future__ import annotations
 
 from dataclasses import fields
+from itertools import zip_longest
 from pathlib import Path
 
 from vitladder.config import get_rung, rung_index, rung_names
@@ -20,16 +21,14 @@ PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uni
 
 
 def _by_rung(results: list[RungResult]) -> list[tuple[str, str, str, str | None]]:
-    """(key, chart, title, uniform key) of each value charted by rung beside the reference: test accuracy, and each
-    probe column that asks for it (``Column.by_rung``)."""
+    """(key, chart, title, uniform key) of each value charted by rung: test accuracy and each ``Column.by_rung``."""
     test_acc = ("test_acc", "test_acc", "test accuracy by rung (rung_index: 0 = the first rung)", None)
     columns = probe_columns(results)
     return [test_acc, *((c.key, c.by_rung, f"{c.header or c.key} by rung", c.uniform) for c in columns if c.by_rung)]
 
 
 def charts(results: list[RungResult]) -> dict[str, Chart]:
-    """Custom charts: key -> (table, x, y, stroke, title): the values charted by rung, and each per-layer value the
-    probes draw (``ByLayer.figure``) by layer."""
+    """Custom charts, key -> (table, x, y, stroke, title): the values by rung, each ``ByLayer.figure`` by layer."""
     by_rung = {
         f"report/{chart}_by_rung": (f"{chart}_by_rung", "rung_index", key, "series", title)
         for key, chart, title, _ in _by_rung(results)
@@ -43,9 +42,8 @@ def charts(results: list[RungResult]) -> dict[str, Chart]:
 
 
 def _series_rows(result: RungResult, key: str, uniform_key: str | None) -> list[list]:
-    """A by-rung chart's long-format rows [rung, rung_index, seeds, series, value] (``result``: no runs when not
-    finished): the article's figure, the project's mean and, over several seeds, its 95% interval as two more lines,
-    and the uniform baseline."""
+    """A by-rung chart's long-format rows [rung, rung_index, seeds, series, value] (no runs: not finished): the
+    article's figure, the project's mean (over several seeds, its 95% interval as two more lines), the uniform one."""
     reference, (mean, half) = get_rung(result.rung).reference, result.stats(key)
     series = {REFERENCE_SERIES: reference.get(key), PROJECT: mean}
     if half is not None:
@@ -89,10 +87,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     for r in results:
         per_layer = [r.by_layer(value.name, value.table) for value in shown]  # declared after the run: empty
         ident = [r.rung, rung_index(r.rung), r.seeds]
-        layers += [
-            [*ident, layer, *(values[layer] if values else None for values in per_layer)]
-            for layer in range(max(map(len, per_layer), default=0))
-        ]
+        layers += [[*ident, layer, *values] for layer, values in enumerate(zip_longest(*per_layer))]
 
     tables = {"ladder": (per_rung, ladder), "runs": (runs_columns, runs), "layers": (layers_columns, layers)}
     for key, chart, _, uniform_key in _by_rung(results):
@@ -102,8 +97,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
 
 
 def rung_lines(results: list[RungResult]) -> tuple[tuple[str, str, str], ...]:
-    """(x, y, title) of the saved Report's line plots over the rung runs, one line per rung: accuracy, loss, each
-    probe column tracked in training, the learning rate."""
+    """(x, y, title) of the saved Report's line plots, one line per rung: accuracy, loss, each tracked column, lr."""
     tracked = tuple(
         (EPOCH, f"track/{column.track}", f"{column.header or column.key} during training (0 = initialisation)")
         for column in probe_columns(results)
@@ -121,11 +115,8 @@ def wandb_names(results: list[RungResult], ladder_dir: Path) -> tuple[str, str |
     """The W&B project, entity and ladder (the runs' group) the finished runs were logged under."""
     config = next((run.config for r in results for run in r.runs if run.config), {})
     ladder, names = config.get("ladder"), config.get("wandb", {})
-    return (
-        names.get("project") or "vit-ladder",
-        names.get("entity"),
-        ladder if isinstance(ladder, str) else ladder_dir.name,
-    )
+    ladder = ladder if isinstance(ladder, str) else ladder_dir.name
+    return names.get("project") or "vit-ladder", names.get("entity"), ladder
 
 
 @wandb_failure_warns("the ladder's report run", "report.md and ladder.csv are written; make report logs it again")
@@ -136,10 +127,8 @@ def log_report_to_wandb(
     mode: str = "auto",
     entity: str | None = None,
 ) -> str | None:
-    """Log the built report into the ladder's report run (one id per project and group, by default the runs'
-    wandb.project and ladder): report_tables(), a custom chart per ``charts()`` key (wandb.plot.line stores its
-    table as "<key>_table"), the PNGs, the numbers in the summary, the files as an artifact and every run's model and
-    analysis as its inputs. Returns the run's id (None: W&B disabled)."""
+    """Log the built report into the ladder's report run (by default under the runs' wandb.project and ladder):
+    report_tables(), charts(), the PNGs, the means in the summary. Returns the run's id (None: W&B disabled)."""
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     logged_project, _, logged_ladder = wandb_names(results, ladder_dir)

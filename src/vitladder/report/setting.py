@@ -1,9 +1,5 @@
-"""What a result is, in words, and where it differs from the setting of the article's figures.
-
-A finished run's done.json records what it trained (``training.results.rung_summary``). The ladder report, its W&B
-run and the GPU check say it beside every result, and in words where it differs from the article's setting, so that a
-short run or a copy of the data never reads as the article's table.
-"""
+"""What a result trained (done.json, ``training.results.rung_summary``) and, in words, where that differs from the
+article's setting: said beside every result so that a short run or a copy of the data never reads as the article's."""
 
 from __future__ import annotations
 
