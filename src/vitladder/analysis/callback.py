@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from vitladder.analysis.outputs import TRACK, done_scalars, history_rows, write_results
 from vitladder.analysis.probes import Context, Result, run_probes, track_probes
-from vitladder.data.datamodule import ImageDataModule, Split
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.stats import ChannelStats
 from vitladder.run_folder import EPOCH
 from vitladder.wandb.analysis import log_analysis
@@ -97,13 +97,11 @@ class AttentionAnalysis(L.Callback):
     def _tracking(self) -> bool:
         return self.enabled and self.track_every_n_epochs > 0 and self.track_images > 0
 
-    def tracking_split(self) -> Split:
-        """The validation images; without them (data.val_size=0), the training images (a fixed seeded sample)."""
-        return self.data.val if len(self.data.val.labels) else self.data.train
-
     def _track(self, trainer: L.Trainer, pl_module: L.LightningModule, epochs_trained: int) -> dict[str, float]:
         """Measures the tracking batch, keeps the values in the history; returns {track/<name>: value}."""
-        images = self.tracking_split().images[: self.track_images]  # (n, 3, H, W) uint8 on the device
+        # The validation images; without them (data.val_size=0), the training images (a fixed seeded sample).
+        split = self.data.val if len(self.data.val.labels) else self.data.train
+        images = split.images[: self.track_images]  # (n, 3, H, W) uint8 on the device
         ctx = self.context(images.shape[-1], self.data.stats, self.data.classes)
         values = track_probes(pl_module.model, images, ctx, self.probes)  # the ViT (RecipeModule.model)
         self.history = [r for r in self.history if r["epoch"] != epochs_trained]  # a re-run epoch replaces its row

@@ -7,7 +7,7 @@ reads the same module but leaves its hooks on the model (``method="hook"``) or t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from timm.layers.attention import Attention
@@ -45,15 +45,10 @@ def capture_attention(
     def keep(_module: nn.Module, _inputs: tuple[Tensor, ...], probs: Tensor) -> None:
         maps.append(reduce(probs.float()) if reduce is not None else probs.float())  # no copy when float32
 
-    hooks = [m.attn_drop.register_forward_hook(keep) for m in modules]
-    fused = [m.fused_attn for m in modules]  # each module's own setting, restored also after an error
-    try:
+    with ExitStack() as undo, evaluating(model):  # hooks removed, each module's own setting restored, on any exit
         for m in modules:
+            undo.enter_context(m.attn_drop.register_forward_hook(keep))
+            undo.callback(setattr, m, "fused_attn", m.fused_attn)
             m.fused_attn = False
-        with evaluating(model):
-            logits = model(images.to(next(model.parameters()).device, non_blocking=True))  # (B, C)
-    finally:
-        for hook, m, was_fused in zip(hooks, modules, fused):
-            hook.remove()
-            m.fused_attn = was_fused
+        logits = model(images.to(next(model.parameters()).device, non_blocking=True))  # (B, C)
     return logits.float(), maps

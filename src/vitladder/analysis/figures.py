@@ -142,14 +142,10 @@ def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, 
         rows = sorted((r["epoch"], r[key]) for r in history if int(r["layer"]) == layer and key in r)
         return [epoch for epoch, _ in rows], [value for _, value in rows]
 
-    panels = [
-        (
-            m.axis_label,
-            {f"layer {layer}": over_epochs(layer, m.name) for layer in layers},
-            {"uniform": uniform[m.name]} if m.name in uniform else {},
-        )
-        for m in declared("figures")
-    ]
+    panels = []
+    for m in declared("figures"):
+        series = {f"layer {layer}": over_epochs(layer, m.name) for layer in layers}
+        panels.append((m.axis_label, series, {"uniform": uniform[m.name]} if m.name in uniform else {}))
     return plot_epoch_lines(panels, title)
 
 

@@ -86,12 +86,11 @@ def analyse(
     def reduce(attn: Tensor) -> Tensor:  # (B, H, T, T) -> (M, H), inside the capture hook
         return torch.stack([metric.fn(attn, patch_px) for metric in metrics])
 
-    total: Tensor | None = None  # (L, M, H) batch-size-weighted sums
+    total: Tensor | float = 0.0  # (L, M, H) batch-size-weighted sums
     for start in range(0, len(images_u8), batch_size):
         batch = model_inputs(model, images_u8[start : start + batch_size], stats)  # (B, 3, H, W)
         _, per_layer = capture_attention(model, batch, reduce=reduce)
-        sums = torch.stack(per_layer).double().cpu() * len(batch)  # (L, M, H)
-        total = sums if total is None else total + sums
+        total = total + torch.stack(per_layer).double().cpu() * len(batch)
     mean = (total / len(images_u8)).float()  # (L, M, H)
     grid = images_u8.shape[-1] // patch_px
     return AttentionSummary(

@@ -12,6 +12,7 @@ tests/analysis/test_head_removal.py pins this layout of timm's ``Attention.forwa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -34,6 +35,11 @@ MODES: tuple[Mode, ...] = ("mean", "uniform")
 DEFAULTS = {"images": None, "draws": 5, "resamples": 1000}  # conf/config.yaml sets them; a bare Context has these
 KS = (3, 6)  # model-wide groups: the k most local, least local and random heads
 K = max(KS)  # the report's sentence: the 6 most local heads against 6 random ones
+
+
+def spearman_keys(mode: str) -> list[str]:
+    """The scalars of Spearman's rho under ``mode`` ablation and its 95% interval: (rho, low, high)."""
+    return [f"ablation_{mode}_spearman{end}" for end in ("", "_low", "_high")]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,13 +80,11 @@ def head_output_means(model: nn.Module, images: Tensor, batch_size: int) -> Tens
     def add(layer: int, _module: nn.Module, args: tuple[Tensor, ...]) -> None:
         sums[layer] = args[0].float().sum(dim=0) + sums[layer]
 
-    hooks = [block.attn.proj.register_forward_pre_hook(partial(add, i)) for i, block in enumerate(model.blocks)]
-    try:
+    with ExitStack() as hooks:  # each hook removed on leaving, also after an error
+        for i, block in enumerate(model.blocks):
+            hooks.enter_context(block.attn.proj.register_forward_pre_hook(partial(add, i)))
         for batch in _batches(model, images, batch_size):
             model(batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
     attn = model.blocks[0].attn
     return (torch.stack(sums) / len(images)).unflatten(-1, (attn.num_heads, attn.head_dim))  # type: ignore[arg-type]
 
@@ -108,30 +112,26 @@ def ablated_logits(
         heads = args[0].unflatten(-1, means.shape[-2:])  # (A*B, T, H, head_dim): the input of proj, head by head
         return (torch.where(rows["mean"][:, layer, None, :, None], means, heads).flatten(-2),)
 
-    hooks = []
-    for layer in range(start, len(model.blocks)):
-        attn = model.blocks[layer].attn
-        hooks += [attn.q_norm.register_forward_hook(partial(uniform, layer))] if "uniform" in rows else []
-        hooks += [attn.proj.register_forward_pre_hook(partial(mean, layer))] if "mean" in rows else []
-    try:
+    with ExitStack() as hooks:
+        for layer in range(start, len(model.blocks)):
+            attn = model.blocks[layer].attn
+            if "uniform" in rows:
+                hooks.enter_context(attn.q_norm.register_forward_hook(partial(uniform, layer)))
+            if "mean" in rows:
+                hooks.enter_context(attn.proj.register_forward_pre_hook(partial(mean, layer)))
         x = hidden.repeat(len(ablations), 1, 1)  # (A*B, T, D), ablation-major
         for block in model.blocks[start:]:
             x = block(x)
         return model.forward_head(model.norm(x)).unflatten(0, (len(ablations), len(hidden)))
-    finally:
-        for hook in hooks:
-            hook.remove()
 
 
 def block_inputs(model: nn.Module, images: Tensor) -> tuple[Tensor, list[Tensor]]:
     """Clean logits ``(B, C)`` and the input of every block ``[(B, T, D)] * L``."""
     inputs: list[Tensor] = []
-    hooks = [block.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for block in model.blocks]
-    try:
+    with ExitStack() as hooks:
+        for block in model.blocks:
+            hooks.enter_context(block.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])))
         logits = model(images)
-    finally:
-        for hook in hooks:
-            hook.remove()
     return logits, inputs
 
 
@@ -276,9 +276,8 @@ def head_ablation(
         )
 
     def drops(group: str, mode: Mode, k: int) -> Tensor:  # (draws,) pts
-        return 100 * (
-            clean - accuracy[[i for i, a in enumerate(plan) if (a.group, a.mode, a.size) == (group, mode, k)]]
-        )
+        chosen = [i for i, a in enumerate(plan) if (a.group, a.mode, a.size) == (group, mode, k)]
+        return 100 * (clean - accuracy[chosen])
 
     scalars = {"ablation_clean_accuracy": clean}
     for mode in MODES:
@@ -293,7 +292,7 @@ def head_ablation(
             scalars[f"ablation_{mode}_least_local_{k}_drop_pts"] = float(drops("least_local", mode, k)[0])
         single = [i for i, a in enumerate(plan) if a.group == "head" and a.mode == mode]
         rho = bootstrap_spearman(distance.flatten(), outcomes.clean_correct, outcomes.correct[single], resamples, seed)
-        scalars |= dict(zip([f"ablation_{mode}_spearman{end}" for end in ("", "_low", "_high")], rho))
+        scalars |= dict(zip(spearman_keys(mode), rho))
     return rows, scalars
 
 
@@ -309,7 +308,7 @@ def plot_ablation(rows: list[dict], scalars: dict[str, float], mode: Mode, num_i
         x, y = [row["distance_px"] for row in mine], [row["accuracy_drop_pts"] for row in mine]
         ax.scatter(x, y, s=22, color=color, label=f"layer {layer}")
     ax.axhline(0.0, color="gray", lw=0.8)
-    rho, low, high = (scalars[f"ablation_{mode}_spearman{end}"] for end in ("", "_low", "_high"))
+    rho, low, high = (scalars[key] for key in spearman_keys(mode))
     heading = f"{mode} ablation: Spearman {rho:+.2f} (95% CI {low:+.2f} to {high:+.2f}), {num_images} images"
     ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9)
     ax.set(xlabel="mean attention distance of the head (px)", ylabel="accuracy lost without the head (pts)")
@@ -349,25 +348,26 @@ def _pts(value: float) -> str:
     return f"{round(-value, 1) + 0.0:+.1f}".replace("-", "−")  # a drop of 3.2 pts reads −3.2; none, +0.0
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+def _means(values, *keys: str) -> list[float] | None:
+    """The mean over seeds of each of ``keys``; None where one has no values."""
+    found = [values(key) for key in keys]
+    return [sum(v) / len(v) for v in found] if all(found) else None
 
 
 def _sentence(values) -> str:
     """report.md's cell: "without its 6 most local heads: −x pts; without 6 random heads: −y ± z pts", the means
     over seeds (± the spread over random draws), under mean ablation."""
-    local, random = values(f"ablation_mean_most_local_{K}_drop_pts"), values(f"ablation_mean_random_{K}_drop_pts_mean")
-    spread = values(f"ablation_mean_random_{K}_drop_pts_std")
-    if not local or not random:
+    means = _means(values, f"ablation_mean_most_local_{K}_drop_pts", f"ablation_mean_random_{K}_drop_pts_mean")
+    if means is None:
         return "—"
-    z = f" ± {_mean(spread):.1f}" if spread else ""
-    local, random = _pts(_mean(local)), _pts(_mean(random))
-    return f"without its {K} most local heads: {local} pts; without {K} random heads: {random}{z} pts"
+    spread = _means(values, f"ablation_mean_random_{K}_drop_pts_std")
+    z = f" ± {spread[0]:.1f}" if spread else ""
+    return f"without its {K} most local heads: {_pts(means[0])} pts; without {K} random heads: {_pts(means[1])}{z} pts"
 
 
 def _rho(values) -> str:
-    rho, low, high = (values(f"ablation_mean_spearman{end}") for end in ("", "_low", "_high"))
-    return f"{_mean(rho):+.2f} [{_mean(low):+.2f}, {_mean(high):+.2f}]" if rho and low and high else "—"
+    means = _means(values, *spearman_keys("mean"))
+    return "{:+.2f} [{:+.2f}, {:+.2f}]".format(*means) if means else "—"
 
 
 def columns() -> tuple[Column, ...]:
@@ -377,7 +377,7 @@ def columns() -> tuple[Column, ...]:
         for k in KS:
             keys += [f"ablation_{mode}_{g}_{k}_drop_pts" for g in ("most_local", "least_local")]
             keys += [f"ablation_{mode}_random_{k}_drop_pts_{s}" for s in ("mean", "std")]
-        keys += [f"ablation_{mode}_spearman{end}" for end in ("", "_low", "_high")]
+        keys += spearman_keys(mode)
     shown = [
         Column(f"ablation_mean_most_local_{K}_drop_pts", "head ablation (mean)", text=_sentence),
         Column("ablation_mean_spearman", "ρ(distance, accuracy lost), 95% CI", text=_rho),
