@@ -76,6 +76,7 @@ def test_the_benchmark_reports_every_figure(tiny_report):
     assert 1 < figures["checkpoint_mib"] < 5 and figures["checkpoint_s"] > 0  # weights + AdamW at width 48
     # An epoch is shorter than the full profile's 60 s interval at this speed: one save a minute.
     assert figures["checkpoint_share"] == pytest.approx(figures["checkpoint_s"] / max(60, figures["epoch_s"]))
+    assert figures["meets_targets"]["checkpoint_share"] == (figures["checkpoint_share"] <= 0.05)
     # Every configured probe timed on 8 images, reported per 1,000, against one epoch of the same model.
     probes = figures["probe_s_per_1000_images"]
     assert list(probes) == list(compose_rung("patch4", []).analysis.probes) and all(t > 0 for t in probes.values())

@@ -103,7 +103,7 @@ def test_a_pickle_payload_as_last_ckpt_runs_nothing_on_resume(tiny_cfg, tmp_path
 
 
 def test_lightning_reads_checkpoints_weights_only_through_the_plugin(tiny_cfg, tmp_path, payload_checkpoint):
-    trainer = run_module.build_trainer(tiny_cfg("patch8"), RunPaths(tmp_path), [], [])
+    trainer = run_module.build_trainer(tiny_cfg("patch8"), [], [])
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     marker = tmp_path / "payload-ran"
     ckpt = payload_checkpoint(tmp_path / "last.ckpt", marker, {"epoch": 0})

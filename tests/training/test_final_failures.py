@@ -67,7 +67,7 @@ def test_each_step_after_training_fails_in_turn_and_the_rung_still_finishes(tiny
     monkeypatch.setattr(
         run_module,
         "build_trainer",
-        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, WandbFailsAtEpoch(1)]),
+        lambda cfg, loggers, callbacks: build_trainer(cfg, loggers, [*callbacks, WandbFailsAtEpoch(1)]),
     )
     with pytest.raises(UserError) as failed:  # train.py prints it as one line, `error: ...`
         train_rung(cfg)

@@ -102,7 +102,7 @@ def test_done_json_comes_last_and_after_the_model_also_after_a_crash_between_the
     monkeypatch.setattr(
         run_module,
         "build_trainer",
-        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(1)]),
+        lambda cfg, loggers, callbacks: build_trainer(cfg, loggers, [*callbacks, CrashAtEpoch(1)]),
     )
     with pytest.raises(Crash):
         train_rung(cfg)

@@ -22,7 +22,6 @@ from vitladder.analysis.callback import AttentionAnalysis
 from vitladder.config import compose_rung
 from vitladder.cuda_choices import CudaChoices
 from vitladder.pipeline import train_rung
-from vitladder.run_folder import RunPaths
 from vitladder.training import checkpoint_io
 from vitladder.training import run as run_module
 from vitladder.training.checkpoint_io import checkpoint_epoch, saves_in
@@ -55,7 +54,7 @@ def test_gradient_clipping_trains_under_the_cuda_settings(tiny_cfg, tmp_path, mo
         "trainer.enable_checkpointing=false",
     )
     datamodule = set_up_data(cfg)
-    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[])
+    trainer = build_trainer(cfg, loggers=[], callbacks=[])
     trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
     assert trainer.global_step == 2 and trainer.precision == "bf16-mixed" and clipped == [1.0, 1.0]
     assert not trainer.optimizers[0].defaults["fused"] and torch.get_float32_matmul_precision() == "high"
@@ -117,7 +116,7 @@ def test_a_compiled_model_builds_one_train_and_one_eval_graph_and_keeps_its_anal
     graphs = GraphCount()
     datamodule = set_up_data(cfg)
     module, tracking.data = build_module(cfg, datamodule), datamodule
-    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[tracking, graphs])
+    trainer = build_trainer(cfg, loggers=[], callbacks=[tracking, graphs])
     trainer.fit(module, datamodule=datamodule)
     trainer.test(module, datamodule=datamodule, verbose=False)
     assert counters["stats"]["unique_graphs"] > 0, "speed.compile=true compiles the model"
@@ -146,7 +145,7 @@ def test_a_compile_failure_in_training_falls_back_to_eager_with_one_warning_line
     cfg = tiny_cfg("patch4", "speed.compile=true", "model.depth=1", "trainer.max_steps=3", "analysis.enabled=false")
     datamodule = set_up_data(cfg)
     module = build_module(cfg, datamodule)
-    trainer = build_trainer(cfg, RunPaths(tmp_path / "run"), loggers=[], callbacks=[])
+    trainer = build_trainer(cfg, loggers=[], callbacks=[])
     with caplog.at_level("WARNING", logger="vitladder"):
         trainer.fit(module, datamodule=datamodule)
         trainer.test(module, datamodule=datamodule, verbose=False)
@@ -200,9 +199,9 @@ def test_the_cuda_choices_train_resume_analyse_and_report_a_smoke_ladder_on_the_
     build_trainer_ = run_module.build_trainer
     crashes = [CrashAtEpoch(2)]
 
-    def build_trainer(cfg, paths, loggers, callbacks):
+    def build_trainer(cfg, loggers, callbacks):
         extra = [crashes.pop()] if cfg.rung == "epochs200" and crashes else []
-        return build_trainer_(cfg, paths, loggers, [*callbacks, EpochTakes(clock), *extra])
+        return build_trainer_(cfg, loggers, [*callbacks, EpochTakes(clock), *extra])
 
     monkeypatch.setattr(run_module, "build_trainer", build_trainer)
     overrides = [

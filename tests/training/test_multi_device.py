@@ -76,7 +76,7 @@ PROBE = textwrap.dedent(
 
     probe = Probe()
     build_trainer = run_module.build_trainer
-    run_module.build_trainer = lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers,
+    run_module.build_trainer = lambda cfg, loggers, callbacks: build_trainer(cfg, loggers,
                                                                                     [*callbacks, probe])
     train_rung(compose_rung("stochastic_depth", overrides))
     """

@@ -275,7 +275,7 @@ def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> N
     cfg = tiny_cfg("epochs200", "trainer.log_every_n_steps=7", "trainer.max_time=00:01:00:00")
     paths = RunPaths(Path(cfg.run_dir))
     marker = L.Callback()
-    trainer = build_trainer(cfg, paths, loggers=[], callbacks=[marker])
+    trainer = build_trainer(cfg, loggers=[], callbacks=[marker])
     assert trainer.max_epochs == scaled_epochs(cfg)[0] == 2  # 1% of 200 on the smoke profile
     assert trainer.num_sanity_val_steps == 0  # no validation batches before training: the RNG streams stay put
     assert trainer.precision == "32-true" and trainer.log_every_n_steps == 7

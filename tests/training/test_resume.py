@@ -54,7 +54,7 @@ def test_same_seed_gives_the_same_numbers_and_a_resumed_run_the_same_weights(tin
     monkeypatch.setattr(
         run_module,
         "build_trainer",
-        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashAtEpoch(2)]),
+        lambda cfg, loggers, callbacks: build_trainer(cfg, loggers, [*callbacks, CrashAtEpoch(2)]),
     )
     cfg = tiny_cfg("stochastic_depth", *overrides, f"output_root={tmp_path / 'c'}")
     with pytest.raises(Crash):
@@ -108,7 +108,7 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_the_same_command_resumes
     monkeypatch.setattr(
         run_module,
         "build_trainer",
-        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CtrlCAtEpoch(1)]),
+        lambda cfg, loggers, callbacks: build_trainer(cfg, loggers, [*callbacks, CtrlCAtEpoch(1)]),
     )
     cfg = tiny_cfg("patch8", "profile.epoch_scale=0.03", *TINY)
     paths = RunPaths(Path(cfg.run_dir))

@@ -82,7 +82,7 @@ def test_a_killed_and_resumed_rung_logs_every_epoch_once_across_what_wandb_sync_
     monkeypatch.setattr(
         run_module,
         "build_trainer",
-        lambda cfg, paths, loggers, callbacks: build_trainer(cfg, paths, loggers, [*callbacks, CrashInEpoch3()]),
+        lambda cfg, loggers, callbacks: build_trainer(cfg, loggers, [*callbacks, CrashInEpoch3()]),
     )
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_rung(cfg)

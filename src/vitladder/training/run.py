@@ -145,7 +145,7 @@ def check_placement(cfg: DictConfig) -> None:
     per_device_batch(int(cfg.data.batch_size), world_size(cfg), even=mixing)
 
 
-def build_trainer(cfg: DictConfig, paths: RunPaths, loggers: list, callbacks: list) -> L.Trainer:
+def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> L.Trainer:
     """The `trainer:` block's arguments (config_schema.TrainerConfig) and the run's loggers, callbacks, plugins."""
     arguments = OmegaConf.to_container(cfg.trainer, resolve=True)
     if int(cfg.data.val_size) == 0:  # no validation split: no validation loop (not an empty one Lightning warns of)
@@ -221,7 +221,7 @@ def _fit_and_test(
     with finished_if_failed():
         wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
         loggers = [logger for logger in (wandb_logger, MetricsLogger(paths.root)) if logger is not None]
-        trainer = build_trainer(cfg, paths, loggers, callbacks)
+        trainer = build_trainer(cfg, loggers, callbacks)
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
             val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
