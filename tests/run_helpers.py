@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from vitladder.config import register_resolvers
+from vitladder import config  # noqa: F401  # importing it registers the resolvers config.yaml uses
 from vitladder.data import sources
 from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule, split_train_val_test
@@ -74,7 +74,6 @@ def saved_inputs(run_dir: Path, images_u8: torch.Tensor) -> torch.Tensor:
 
 def run_splits(run_dir: Path):
     """(train, val, test) splits of a run, rebuilt in this process from its config.yaml."""
-    register_resolvers()
     cfg = OmegaConf.load(RunPaths(run_dir).config)
     data = cfg.data
     return split_train_val_test(

@@ -17,9 +17,6 @@ from vitladder.errors import UserError
 def compose_base(overrides=()):
     from hydra import compose, initialize_config_dir
 
-    from vitladder.config import register_resolvers
-
-    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 

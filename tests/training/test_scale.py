@@ -22,7 +22,7 @@ from run_helpers import fit, module_for, run_splits, saved_file, saved_inputs, s
 from timm.layers.attention import Attention
 from tiny_data import tiny_data
 
-from vitladder.config import CONF_DIR, register_resolvers
+from vitladder.config import CONF_DIR
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.devtools.syncs import HostSyncs
 from vitladder.model import ViTConfig, build_vit
@@ -324,7 +324,6 @@ def test_multirun_trains_each_rung_into_its_folder(repo_root, tmp_path):
 def compose_with_hydra(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=overrides, return_hydra_config=True)
 
