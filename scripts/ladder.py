@@ -45,14 +45,18 @@ def main(argv: list[str] | None = None) -> None:
 
     from vitladder.devtools.estimate import estimate_ladder
     from vitladder.pipeline import train_rung
-    from vitladder.training.ladder import LONG_LADDER_S, plan_ladder, run_ladder, train_alongside
+    from vitladder.training.ladder import LONG_LADDER_S, plan_ladder, run_ladder, runs_to_train
     from vitladder.training.run import started_for_another_rank
     from vitladder.wandb.run import check_wandb_mode
 
     overrides = [*data_overrides(args.data), *args.overrides]
     runs = plan_ladder(parse_seeds(args.seeds), overrides)
     if started_for_another_rank():  # Lightning's DDP launcher ran this script again, for a rank other than 0
-        train_alongside(runs, train_rung)
+        # The runs rank 0 trains, in its order (the ranks meet in every fit), and nothing else. This rank starts inside
+        # rank 0's first fit, so it plans from the files rank 0 planned from: rank 0 has finished no run since, and a
+        # folder it moved aside for overwrite=true is still one to train.
+        for run in runs_to_train(runs):
+            train_rung(run.cfg, overrides=run.overrides)
         return
     check_wandb_mode(runs[0].cfg.wandb.mode)  # before the time estimate trains a few steps
     from vitladder.demo.export import export_demo

@@ -56,14 +56,6 @@ def runs_to_train(runs: Sequence[PlannedRun]) -> list[PlannedRun]:
     return [run for run in runs if run.run_dir in replaced or not is_finished(run.run_dir)]
 
 
-def train_alongside(runs: Sequence[PlannedRun], train: Callable[..., dict]) -> None:
-    """The ladder on a rank other than 0: the runs rank 0 trains, in its order (the ranks meet in every fit), and
-    nothing else. This rank starts inside rank 0's first fit, so it plans from the files rank 0 planned from: rank 0
-    has finished no run since, and a folder it moved aside for overwrite=true is still one to train."""
-    for run in runs_to_train(runs):
-        train(run.cfg, overrides=run.overrides)
-
-
 def run_ladder(
     runs: Sequence[PlannedRun],
     train: Callable[..., dict],
