@@ -137,16 +137,10 @@ def recipe_changes(
     config has is no change at its default (now for the current's, then for the stored's: key_defaults)."""
     old, new, outside = flatten(stored), flatten(current), outside_the_recipe()
     then, now = defaults_then or {}, defaults_now or {}
-
-    def at_default(key: str) -> bool:
-        if key not in old:
-            return key in now and new[key] == now[key]
-        return key not in new and key in then and old[key] == then[key]
-
     return [
         (key, old.get(key, ABSENT), new.get(key, ABSENT))
         for key in sorted(old.keys() | new.keys())
-        if in_recipe(key, outside) and old.get(key, ABSENT) != new.get(key, ABSENT) and not at_default(key)
+        if in_recipe(key, outside) and old.get(key, now.get(key, ABSENT)) != new.get(key, then.get(key, ABSENT))
     ]
 
 
