@@ -46,11 +46,10 @@ class RunLocked(UserError):
 
 
 def holder_pid(lock_file: Path) -> str:
-    try:
+    with suppress(OSError):
         text = lock_file.read_bytes()[:32].decode("ascii", errors="replace").strip()
-    except OSError:
-        return "unknown"
-    return text if text.isdigit() else "unknown"
+        return text if text.isdigit() else "unknown"
+    return "unknown"
 
 
 @contextmanager
@@ -88,11 +87,10 @@ def _version(package: str) -> str | None:
 
 
 def _git(*args: str) -> str | None:
-    try:
+    with suppress(OSError, subprocess.TimeoutExpired):
         done = subprocess.run(["git", "-C", str(CONF_DIR.parent), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+        return done.stdout.strip() if done.returncode == 0 else None
+    return None
 
 
 @functools.cache
@@ -146,11 +144,10 @@ def recipe_changes(
 
 def _read(load, path: Path) -> dict | None:
     """A stored file's mapping; None when it is missing, unreadable or not a mapping."""
-    try:
+    with suppress(Exception):  # missing or unreadable: what it held is unknown
         stored = load(path)
-    except Exception:  # missing or unreadable: what it held is unknown
-        return None
-    return stored if isinstance(stored, dict) else None
+        return stored if isinstance(stored, dict) else None
+    return None
 
 
 def replaces_old_run(cfg: DictConfig) -> bool:
