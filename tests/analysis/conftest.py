@@ -56,7 +56,7 @@ def fit(
     max_epochs: int | None = None,
 ) -> tuple[L.Trainer, ImageDataModule]:
     """What train_rung does, with our callback and an offline W&B logger when ``wandb_dir`` is given."""
-    from vitladder.training.run import axis_callbacks, build_module
+    from vitladder.training.run import MetricAxes, build_module
     from vitladder.wandb.run import define_metrics, start_run
 
     run_dir = Path(cfg.run_dir)
@@ -79,7 +79,7 @@ def fit(
             ModelCheckpoint(
                 dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0, save_on_train_epoch_end=True
             ),
-            *axis_callbacks(),
+            MetricAxes(),
         ],
         enable_progress_bar=False,
         enable_model_summary=False,

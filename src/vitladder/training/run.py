@@ -71,11 +71,6 @@ class MetricAxes(L.Callback):
                 logger.log_metrics({LR: trainer.optimizers[0].param_groups[0]["lr"]}, step=step)
 
 
-def axis_callbacks() -> list[L.Callback]:
-    """The callbacks that put a rung's metrics on the right axes."""
-    return [MetricAxes()]
-
-
 def build_module(cfg: DictConfig, data: ImageDataModule) -> RecipeModule:
     """The rung's RecipeModule for the set-up ``data``: its classes, image size, batches and statistics."""
     max_epochs, warmup_epochs = scaled_epochs(cfg)
@@ -217,11 +212,10 @@ def _fit_and_test(
     interval_s, every_n = float(cfg.checkpoint.min_interval_s), int(cfg.checkpoint.every_n_epochs)
     checkpoint = SpacedCheckpoint(paths.last_ckpt, min_interval_s=interval_s, every_n_epochs=every_n)
     analysis = make_analysis(cfg, paths, datamodule)
-    callbacks = [checkpoint, analysis, *axis_callbacks()]
     with finished_if_failed():
         wandb_logger = None if started_for_another_rank() else make_logger(cfg, paths.root)  # None: W&B disabled
         loggers = [logger for logger in (wandb_logger, MetricsLogger(paths.root)) if logger is not None]
-        trainer = build_trainer(cfg, loggers, callbacks)
+        trainer = build_trainer(cfg, loggers, [checkpoint, analysis, MetricAxes()])
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
             val_acc = final_val_acc(trainer, paths, validated=len(datamodule.val.labels) > 0)
