@@ -43,7 +43,6 @@ def rung_artifact(kind: str, path: Path, ladder: str, rung: str, seed: int, meta
 
 
 def log_rung_artifact(run, cfg: DictConfig, kind: str, path: Path, metadata: dict | None = None) -> None:
-    """Logs ``path`` into the rung's run as its ``kind`` artifact, aliased ``latest`` and the rung."""
     artifact = rung_artifact(kind, path, str(cfg.ladder), str(cfg.rung), int(cfg.seed), metadata)
     run.log_artifact(artifact, aliases=["latest", str(cfg.rung)])
 

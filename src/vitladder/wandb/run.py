@@ -120,7 +120,6 @@ def rung_run(cfg: DictConfig, run_dir: Path, mode: str, resume_only: bool = Fals
 
 
 def make_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger | None:
-    """The rung's W&B logger over its run, or None when W&B is disabled."""
     run = rung_run(cfg, run_dir, cfg.wandb.mode, config=wandb_config(cfg))
     return None if run is None else WandbLogger(experiment=run, save_dir=str(run_dir))
 
@@ -135,7 +134,6 @@ def offline_runs(ladder_dir: Path) -> list[Path]:
 
 
 def failure(error: BaseException) -> str:
-    """A W&B failure in a few words: its type and the first line of its message."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
