@@ -32,10 +32,8 @@ def log_analysis(run, analysis) -> None:
     figures = {name: path for name, path in analysis.files.items() if Path(path).suffix == ".png"}
     payload |= {f"analysis/figures/{name}": wandb.Image(str(path)) for name, path in figures.items()}
     run.log(payload)
-    scalars = dict(analysis.scalars)
-    images = scalars.pop("analysis_images")
-    scalars = {f"analysis/{name}": value for name, value in scalars.items() if value is not None}
-    run.summary.update({**scalars, "analysis/images": images})
+    scalars = {f"analysis/{k}": v for k, v in analysis.scalars.items() if v is not None and k != "analysis_images"}
+    run.summary.update({**scalars, "analysis/images": analysis.scalars["analysis_images"]})
 
 
 def log_reanalysis(cfg: DictConfig, run_dir: Path, analysis, mode: str) -> str | None:
