@@ -25,18 +25,17 @@ from vitladder.cli import reports_user_errors
 
 @reports_user_errors
 def main(argv: list[str] | None = None) -> Path:
+    import torch
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="a run folder, model.safetensors or .pt, or a Lightning .ckpt")
+    parser.add_argument("--images", type=int, help="the first N test images (default: analysis.num_images)")
+    parser.add_argument("--out", type=Path, help="output folder (default: <run>/analysis)")
+    parser.add_argument("--batch-size", type=int, help="images per forward pass")
+    cuda = torch.cuda.is_available()
+    parser.add_argument("--device", default="cuda" if cuda else "cpu", help="cpu or cuda (default: cuda if present)")
     parser.add_argument(
-        "--images", type=int, default=None, help="the first N test images (default: analysis.num_images)"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: <run>/analysis)")
-    parser.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
-    parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu or cuda (default: cuda if present)")
-    parser.add_argument(
-        "--wandb-mode",
-        default=None,
-        help="auto, online, offline or disabled (default: the run's wandb.mode; WANDB_MODE wins)",
+        "--wandb-mode", help="auto, online, offline or disabled (default: the run's wandb.mode; WANDB_MODE wins)"
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.root=PATH")
     args = parser.parse_args(argv)
@@ -83,12 +82,6 @@ def main(argv: list[str] | None = None) -> Path:
         + (f"; W&B run {run_id}" if run_id else "")
     )
     return out
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ def _show_map(ax, values: np.ndarray, grid: int) -> None:
     """One attention map on its grid, scaled to its own maximum."""
     grid_map = np.asarray(values, dtype=float).reshape(grid, grid)
     ax.imshow(grid_map, cmap=CMAP, vmin=0.0, vmax=max(float(grid_map.max()), 1e-12))
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set(xticks=[], yticks=[])
 
 
 @rc_context(PLAIN_TEXT)

@@ -190,9 +190,7 @@ def _mask(shape: tuple[int, int], flat_indices: Tensor) -> Tensor:
     return torch.zeros(shape[0] * shape[1], dtype=torch.bool).index_fill_(0, flat_indices, True).view(shape)  # (L, H)
 
 
-def ablation_plan(
-    distance: Tensor, ks: Sequence[int] = KS, draws: int = 5, seed: int = 0, modes: Sequence[Mode] = MODES
-) -> tuple[Ablation, ...]:
+def ablation_plan(distance: Tensor, ks: Sequence[int] = KS, draws: int = 5, seed: int = 0) -> tuple[Ablation, ...]:
     """Every ablation, per mode: each head; per layer its more local half of heads and its less local half
     (``H // 2`` each, by ``distance`` ``(L, H)``); across the model the ``k`` most local heads, ``draws`` seeded random
     sets of ``k`` (the same in every mode) and the ``k`` least local. A ``k`` above the number of heads is left out."""
@@ -202,7 +200,7 @@ def ablation_plan(
     generator = torch.Generator().manual_seed(seed)
     random_sets = {(k, d): torch.randperm(flat.numel(), generator=generator)[:k] for k in ks for d in range(draws)}
     plan: list[Ablation] = []
-    for mode in modes:
+    for mode in MODES:
         plan += [Ablation("head", mode, _mask(shape, torch.tensor([i]))) for i in range(flat.numel())]
         half = num_heads // 2
         for layer in range(num_layers if half else 0):
