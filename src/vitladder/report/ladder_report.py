@@ -247,12 +247,9 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         "",
     ]
     if demos := sorted(ladder_dir.glob("*/demo/index.html")):
-        lines += [
-            "## Browser demo",
-            "",
-            "Hover a patch to see where it looks in every layer and head (opens from disk):",
-        ]
-        lines += ["", *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos), ""]
+        hover = "Hover a patch to see where it looks in every layer and head (opens from disk):"
+        links = [f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos]
+        lines += ["## Browser demo", "", hover, "", *links, ""]
     return "\n".join(lines)
 
 
