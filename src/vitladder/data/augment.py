@@ -26,7 +26,6 @@ def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Ten
 
 
 def random_flip(images: Tensor, generator: torch.Generator) -> Tensor:
-    """Mirror each image left-right with probability 0.5."""
     flip = torch.rand(images.shape[0], generator=generator, device=images.device) < 0.5  # (B,)
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 

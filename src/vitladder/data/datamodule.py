@@ -48,10 +48,9 @@ def split_train_val_test(
     if val_size >= len(order):
         raise DataError(f"data.val_size={val_size} leaves no training images out of {len(order)}")
     train, val = order[val_size:][: train_subset or None], order[:val_size]
-    test = torch.arange(len(splits.test_labels))
-    test = (test if splits.official_test_order else torch.randperm(len(test), generator=generator))[
-        : test_subset or None
-    ]
+    n_test = len(splits.test_labels)
+    test = torch.arange(n_test) if splits.official_test_order else torch.randperm(n_test, generator=generator)
+    test = test[: test_subset or None]
     return (
         Split(splits.train_images[train], splits.train_labels[train]),
         Split(splits.train_images[val], splits.train_labels[val]),

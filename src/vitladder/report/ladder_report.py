@@ -235,8 +235,7 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     lines += _md_table(header, [_ladder_row(rung, by_rung.get(rung), shown) for rung in rung_names()])
     lines += ["", TWO_DISTANCES, "", "## What each rung trained", "", ARTICLE, ""]
     trained = [[f"`{r.rung}`", *(text for key, text in r.setting().items() if key != "differs")] for r in results]
-    lines += _md_table(TRAINED, trained)
-    lines += ["", "## Figures", ""]
+    lines += [*_md_table(TRAINED, trained), "", "## Figures", ""]
     drawn = [value.short for value in probe_layers(results) if value.figure]
     lines += [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
     lines += [*_tracking_lines(results), "![three made-up heads](explainer.png)", ""]
@@ -247,12 +246,9 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
         "",
     ]
     if demos := sorted(ladder_dir.glob("*/demo/index.html")):
-        lines += [
-            "## Browser demo",
-            "",
-            "Hover a patch to see where it looks in every layer and head (opens from disk):",
-        ]
-        lines += ["", *(f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos), ""]
+        hover = "Hover a patch to see where it looks in every layer and head (opens from disk):"
+        links = [f"- [{d.parent.parent.name}]({d.relative_to(ladder_dir).as_posix()})" for d in demos]
+        lines += ["## Browser demo", "", hover, "", *links, ""]
     return "\n".join(lines)
 
 

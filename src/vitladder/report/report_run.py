@@ -15,8 +15,6 @@ from vitladder.run_folder import EPOCH, LR
 from vitladder.wandb.report import Chart, log_report_run
 from vitladder.wandb.run import GLOBAL_STEP, wandb_failure_warns
 
-__all__ = ["charts", "log_report_to_wandb", "report_tables", "rung_lines", "wandb_names"]
-
 PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
 
 
