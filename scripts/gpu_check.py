@@ -20,25 +20,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ARCHIVE = REPO / "gpu" / "data" / "cifar10-jpeg.tar.xz"  # where `make gpu-wheels` copies it
-# Imported by the check; those the GPU machine lacks travel as wheels (gpu/requirements.txt).
-NEEDED = {
-    "torch": "torch",
-    "lightning": "lightning",
-    "timm": "timm",
-    "torchmetrics": "torchmetrics",
-    "matplotlib": "matplotlib",
-    "hydra": "hydra-core",
-    "omegaconf": "omegaconf",
-}
+# Imported by the check, module -> distribution; those the GPU machine lacks travel as wheels (gpu/requirements.txt).
+NEEDED = {name: name for name in ("torch", "lightning", "timm", "torchmetrics", "matplotlib")}
+NEEDED |= {"hydra": "hydra-core", "omegaconf": "omegaconf"}
 
 
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
-
-
-def missing_packages() -> list[str]:
-    return [dist for module, dist in NEEDED.items() if importlib.util.find_spec(module) is None]
 
 
 def guard_wandb() -> None:
@@ -113,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     report_versions()
-    missing = missing_packages()
+    missing = [dist for module, dist in NEEDED.items() if importlib.util.find_spec(module) is None]
     if missing:
         fail(
             f"{', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
