@@ -25,11 +25,6 @@ NEEDED = {name: name for name in ("torch", "lightning", "timm", "torchmetrics", 
 NEEDED |= {"hydra": "hydra-core", "omegaconf": "omegaconf"}
 
 
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def guard_wandb() -> None:
     """timm imports wandb whenever it is installed. W&B is off in the check, so a carried wandb that does not
     import on this machine must not stop it: it is then marked absent, which timm handles."""
@@ -104,10 +99,12 @@ def main(argv: list[str] | None = None) -> dict:
     report_versions()
     missing = [dist for module, dist in NEEDED.items() if importlib.util.find_spec(module) is None]
     if missing:
-        fail(
-            f"{', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
-            "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)"
+        print(
+            f"error: {', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
+            "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)",
+            file=sys.stderr,
         )
+        raise SystemExit(2)  # as reports_user_errors would, which needs the packages missing here
 
     guard_wandb()
     from vitladder.cli import reports_user_errors
