@@ -20,25 +20,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ARCHIVE = REPO / "gpu" / "data" / "cifar10-jpeg.tar.xz"  # where `make gpu-wheels` copies it
-# Imported by the check; those the GPU machine lacks travel as wheels (gpu/requirements.txt).
-NEEDED = {
-    "torch": "torch",
-    "lightning": "lightning",
-    "timm": "timm",
-    "torchmetrics": "torchmetrics",
-    "matplotlib": "matplotlib",
-    "hydra": "hydra-core",
-    "omegaconf": "omegaconf",
-}
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def missing_packages() -> list[str]:
-    return [dist for module, dist in NEEDED.items() if importlib.util.find_spec(module) is None]
+# Imported by the check, module -> distribution; those the GPU machine lacks travel as wheels (gpu/requirements.txt).
+NEEDED = {name: name for name in ("torch", "lightning", "timm", "torchmetrics", "matplotlib")}
+NEEDED |= {"hydra": "hydra-core", "omegaconf": "omegaconf"}
 
 
 def guard_wandb() -> None:
@@ -113,12 +97,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     report_versions()
-    missing = missing_packages()
+    missing = [dist for module, dist in NEEDED.items() if importlib.util.find_spec(module) is None]
     if missing:
-        fail(
-            f"{', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
-            "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)"
+        print(
+            f"error: {', '.join(missing)} not importable: install the carried wheels first (make gpu-check does: "
+            "pip install --no-index --no-deps --target gpu/site gpu/wheels/*.whl, then PYTHONPATH=src:gpu/site)",
+            file=sys.stderr,
         )
+        raise SystemExit(2)  # as reports_user_errors would, which needs the packages missing here
 
     guard_wandb()
     from vitladder.cli import reports_user_errors

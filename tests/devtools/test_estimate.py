@@ -61,11 +61,6 @@ def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_pat
     assert list(tmp_path.iterdir()) == [], "the timed checkpoint is removed"
 
 
-def test_the_step_and_checkpoint_on_the_cpu_are_real_positive_times(tmp_path):
-    cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path))
-    assert 0 < cost.per_image_s < 1 and 0 < cost.checkpoint_s < 5
-
-
 def test_the_estimate_counts_one_checkpoint_per_save_of_the_interval(monkeypatch, tmp_path):
     cost = estimate.StepCost(per_image_s=1e-3, checkpoint_s=2.0)
     monkeypatch.setattr(estimate, "step_cost", lambda vit, batch, *run: cost)
@@ -112,9 +107,9 @@ def test_the_estimate_times_the_runs_device_precision_and_adamw(monkeypatch, tmp
     assert times("trainer.accelerator=cpu") == ("cpu", "32-true", False)
 
 
-@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
-def test_the_step_is_timed_in_the_runs_precision_with_fused_adamw_on_the_cpu(tmp_path, precision):
-    cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path), precision, True)
+@pytest.mark.parametrize("precision, fused", [("32-true", False), ("bf16-mixed", True), ("16-mixed", True)])
+def test_the_step_and_checkpoint_on_the_cpu_are_real_positive_times_in_the_runs_precision(tmp_path, precision, fused):
+    cost = estimate.step_cost(TINY_VIT, 8, "cpu", str(tmp_path), precision, fused)
     assert 0 < cost.per_image_s < 1 and 0 < cost.checkpoint_s < 5
 
 

@@ -86,22 +86,9 @@ def smoke(repo_root, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("gpu_check")
     out = tmp_path / "out"
     started = time.perf_counter()
-    result, modules = run_check(
-        repo_root,
-        tmp_path,
-        "--smoke",
-        "--data",
-        "synthetic",
-        "--settings",
-        "eager",
-        "--budget",
-        str(SMOKE_BUDGET),
-        "--out",
-        str(out),
-        "data.train_subset=1000",
-        "data.test_subset=200",
-        "analysis.num_images=50",
-    )
+    args = f"--smoke --data synthetic --settings eager --budget {SMOKE_BUDGET} --out {out}"
+    overrides = ("data.train_subset=1000", "data.test_subset=200", "analysis.num_images=50")
+    result, modules = run_check(repo_root, tmp_path, *args.split(), *overrides)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out, json.loads((out / "gpu_check.json").read_text()), modules, time.perf_counter() - started
 

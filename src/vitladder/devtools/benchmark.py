@@ -45,6 +45,7 @@ WIDTHS = {"tiny": 48, "full": 384}  # tiny: the smoke profile's width; full: doc
 EVAL_STEPS = 2  # evaluation steps whose host syncs are counted
 CHECKPOINT_SAVES = 3  # timed saves of last.ckpt, after one untimed
 TRACK = "track"  # time_probes(track=True): every probe's tracking during training
+Log = Callable[[str], None]  # where the progress lines go
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,6 @@ def _trainer(cfg: DictConfig, s: BenchSettings, *callbacks: L.Callback, **limits
 
 
 def bench_data(cfg: DictConfig, s: BenchSettings) -> ImageDataModule:
-    """The config's data, set up on the benchmark's device."""
     datamodule = ImageDataModule(cfg.data, seed=int(cfg.seed))
     datamodule.trainer = _trainer(cfg, s)  # setup puts the splits on the trainer's device
     datamodule.setup()
@@ -306,7 +306,7 @@ def time_probes(
     return medians, medians.pop("forward")
 
 
-def bench_width(s: BenchSettings, folder: Path, log: Callable[[str], None] = print) -> dict:
+def bench_width(s: BenchSettings, folder: Path, log: Log = print) -> dict:
     """Every figure for one width, the per-round values beside their medians; ``folder``: where the checkpoint is
     written (the disk a run's last.ckpt goes to)."""
     cfg = bench_config(s)
@@ -374,18 +374,12 @@ def machine(device: str) -> dict:
     return {"device_name": name, **versions, "cpu_threads": torch.get_num_threads()}
 
 
-def run_benchmark(
-    widths: list[str],
-    device: str,
-    overrides: dict | None = None,
-    log: Callable[[str], None] = print,
-    folder: Path = Path("outputs"),
-) -> dict:
+def run_benchmark(widths: list[str], device: str, overrides: dict, folder: Path, log: Log = print) -> dict:
     """Benchmarks each width; ``overrides`` replace fields of every width's settings (e.g. steps=2). Checkpoints are
     written (and removed) in ``folder``."""
     results = {}
     for width in widths:
-        s = replace(settings_for(width, device), **(overrides or {}))
+        s = replace(settings_for(width, device), **overrides)
         log(
             f"{width}: width {s.embed_dim}, batch {s.batch_size}, {s.warmup} warm-up + {s.steps} timed steps, "
             f"{s.rounds} rounds, on {device}"

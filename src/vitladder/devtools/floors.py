@@ -24,7 +24,6 @@ _FLOOR = re.compile(r">=\s*([^,;\s]+)")
 
 
 def dependencies(pyproject: Path = PYPROJECT) -> list[str]:
-    """The requirement strings of ``[project] dependencies``."""
     return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
 
 

@@ -114,8 +114,7 @@ def benchmark(options: CheckOptions, left: Callable[[], float], device: str, log
             reason = f"{left_s:.0f} s left of the budget: no time to compile"
         else:
             try:
-                setting_cfg = compose(options, f"speed.compile={str(compiled).lower()}")
-                step_s = time_project(setting_cfg, datamodule, replace(s, compile=compiled))
+                step_s = time_project(compose(options, f"speed.compile={str(compiled).lower()}"), datamodule, s)
             except Exception as error:  # noqa: BLE001 - one failed setting (a compiler error, say) must not end the check
                 if not measured and name == options.settings[-1]:
                     raise
