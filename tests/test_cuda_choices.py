@@ -106,7 +106,6 @@ CUDA_MODULE = re.compile(r"torch\.(cuda|backends\.cuda|backends\.cudnn)\.")
 # (file, function) -> the tests that run its CUDA branch with CUDA's value on the CPU (a forced setting or a GPU
 # the test makes visible). A new CUDA-conditioned line anywhere in src/ must be added here with its rehearsal.
 REHEARSED = {
-    ("cuda_choices.py", "<module>"): ["test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast"],
     ("cuda_choices.py", "on_cuda"): [
         "test_a_gpu_gets_bf16_autocast_where_it_computes_in_bf16_else_fp16_autocast",
         "test_a_run_and_the_developer_tools_take_the_choices_of_its_config",

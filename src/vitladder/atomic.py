@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TEMPORARY_GLOB = ".*.tmp"  # atomic_path's temporary names: .<name>.<random>.tmp
-
 
 def fsync(path: Path) -> None:
     """Flushes a file, or a folder's entries (a rename), to disk."""
@@ -47,7 +45,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def remove_leftovers(folder: str | Path) -> list[Path]:
     """Deletes (and returns) the temporary files of writers killed mid-write in ``folder`` and below; only for a
     folder no other process writes to (a run folder under its lock)."""
-    leftovers = sorted(path for path in Path(folder).rglob(TEMPORARY_GLOB) if path.is_file())
+    leftovers = sorted(path for path in Path(folder).rglob(".*.tmp") if path.is_file())  # atomic_path's names
     for path in leftovers:
         path.unlink(missing_ok=True)
     return leftovers

@@ -48,18 +48,15 @@ def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
     return int(cfg.trainer.max_epochs), float(cfg.optim.warmup_epochs) * float(cfg.profile.epoch_scale)
 
 
-def register_resolvers() -> None:
-    """conf/'s resolvers: auto_precision (trainer.precision's default), rung_lines (`python train.py --help`)."""
-    for name, resolver in {
-        "seed_suffix": seed_suffix,
-        "scale_epochs": scale_epochs,
-        "auto_precision": lambda accelerator, rehearse_cuda: cuda_choices(accelerator, rehearse_cuda).precision,
-        "rung_lines": lambda: "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder()),
-    }.items():
-        OmegaConf.register_new_resolver(name, resolver, replace=True)
-
-
-register_resolvers()  # for conf/config.yaml, composed by train.py's Hydra or compose_unchecked
+# conf/config.yaml's resolvers (for train.py's Hydra or compose_unchecked): auto_precision is trainer.precision's
+# default, rung_lines lists the ladder in `python train.py --help`.
+for name, resolver in {
+    "seed_suffix": seed_suffix,
+    "scale_epochs": scale_epochs,
+    "auto_precision": lambda accelerator, rehearse_cuda: cuda_choices(accelerator, rehearse_cuda).precision,
+    "rung_lines": lambda: "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder()),
+}.items():
+    OmegaConf.register_new_resolver(name, resolver, replace=True)
 
 
 # --- the ladder: one conf/step/<rung>.yaml per rung holds its delta, its `rung_info` (a one-line description, the

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-CUDA_ACCELERATORS = ("auto", "gpu", "cuda")  # trainer.accelerator values that put a run on a visible CUDA GPU
-
 
 @dataclass(frozen=True)
 class CudaChoices:
@@ -34,7 +32,7 @@ def on_cuda(accelerator: str = "auto") -> bool:
     """Whether a run on ``trainer.accelerator`` trains on a CUDA GPU: it asks for one (or any), one is visible."""
     import torch
 
-    return str(accelerator) in CUDA_ACCELERATORS and torch.cuda.is_available()
+    return str(accelerator) in ("auto", "gpu", "cuda") and torch.cuda.is_available()
 
 
 def cuda_choices(accelerator: str = "auto", rehearse: bool = False) -> CudaChoices:

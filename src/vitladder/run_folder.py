@@ -65,8 +65,7 @@ def table_columns(rows: Sequence[Mapping]) -> list[str]:
     return list(dict.fromkeys(key for row in rows for key in row))
 
 
-def is_finished(run_dir: str | Path) -> bool:
-    """A rung is finished once its done.json (written last) exists."""
+def is_finished(run_dir: str | Path) -> bool:  # done.json is written last
     return RunPaths(run_dir).done.is_file()
 
 
