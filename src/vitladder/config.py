@@ -50,13 +50,14 @@ def scaled_epochs(cfg: DictConfig) -> tuple[int, float]:
 
 # conf/config.yaml's resolvers (for train.py's Hydra or compose_unchecked): auto_precision is trainer.precision's
 # default, rung_lines lists the ladder in `python train.py --help`.
-for name, resolver in {
-    "seed_suffix": seed_suffix,
-    "scale_epochs": scale_epochs,
-    "auto_precision": lambda accelerator, rehearse_cuda: cuda_choices(accelerator, rehearse_cuda).precision,
-    "rung_lines": lambda: "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder()),
-}.items():
-    OmegaConf.register_new_resolver(name, resolver, replace=True)
+OmegaConf.register_new_resolver("seed_suffix", seed_suffix, replace=True)
+OmegaConf.register_new_resolver("scale_epochs", scale_epochs, replace=True)
+OmegaConf.register_new_resolver(
+    "auto_precision", lambda accelerator, rehearse: cuda_choices(accelerator, rehearse).precision, replace=True
+)
+OmegaConf.register_new_resolver(
+    "rung_lines", lambda: "\n".join(f"  {rung.name:<17} {rung.description}" for rung in ladder()), replace=True
+)
 
 
 # --- the ladder: one conf/step/<rung>.yaml per rung holds its delta, its `rung_info` (a one-line description, the
