@@ -1,4 +1,4 @@
-"""A demo's data.js read back (the inverse of vitladder.demo.pack), for the tests of the demo and its page."""
+"""A demo's data.js read back (undoing vitladder.demo.export's packing), for the tests of the demo and its page."""
 
 from __future__ import annotations
 

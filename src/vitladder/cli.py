@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 from vitladder.config import accept_plus_step, compose_config, explain, validate
 from vitladder.errors import UserError, describe_os_error
 
-F = TypeVar("F", bound=Callable)
 LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
 LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"  # the logger of Lightning's rank_zero_info
 PACKAGE = Path(__file__).resolve().parent
@@ -57,7 +56,7 @@ def quiet_libraries() -> None:
     warnings.formatwarning = one_line
 
 
-def reports_user_errors(func: F) -> F:
+def reports_user_errors(func: Callable) -> Callable:
     """Every entry point runs through it: quiet libraries, and a UserError, or a read or write the system refused
     (an OSError: full disk, no permission, naming the path), as `error: <message>` on stderr and its exit code."""
 
@@ -70,7 +69,7 @@ def reports_user_errors(func: F) -> F:
             print(f"error: {error if isinstance(error, UserError) else describe_os_error(error)}", file=sys.stderr)
             raise SystemExit(getattr(error, "exit_code", 2)) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def ladder_folder(path: Path) -> Path:

@@ -18,14 +18,8 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import MissingConfigException, OverrideParseException
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    MissingMandatoryValue,
-    OmegaConfBaseException,
-    ValidationError,
-)
+from omegaconf import DictConfig, ListConfig, MissingMandatoryValue, OmegaConf, ValidationError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from vitladder.config_schema import Config, RungInfo, data_schemas, register_schema, schema_keys, valid_values
 from vitladder.cuda_choices import cuda_choices
@@ -116,12 +110,11 @@ def read_ladder(step_dir: Path) -> tuple[Rung, ...]:
             f"{step_dir}: {len(roots)} rungs build on no other ({', '.join(roots) or 'none'}); "
             "exactly one starts the ladder, every other names its parent rung in its defaults"
         )
-    for rung in rungs.values():
-        if rung.parent is not None and rung.parent not in rungs:
-            raise UserError(
-                f"{step_dir / rung.name}.yaml: builds on '{rung.parent}', which has no "
-                f"{step_dir / rung.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
-            )
+    if orphan := next((rung for rung in rungs.values() if rung.parent not in (None, *rungs)), None):
+        raise UserError(
+            f"{step_dir / orphan.name}.yaml: builds on '{orphan.parent}', which has no "
+            f"{step_dir / orphan.parent}.yaml; choose one of {', '.join(sorted(rungs))}"
+        )
     chain = [rungs[roots[0]]]
     while following := [rung.name for rung in rungs.values() if rung.parent == chain[-1].name]:
         if len(following) > 1:
@@ -284,13 +277,11 @@ def explain(error: BaseException, overrides: Sequence[str]) -> UserError:
 
 def unknown_key(key: str, node_type: type | None = None) -> str:
     """`optim.lrr: no such key; did you mean optim.lr?`, from the schema's keys."""
-    known = schema_keys()
+    known, schemas = schema_keys(), data_schemas()
     parent, _, name = key.rpartition(".")
-    owners = [source for source, schema in data_schemas().items() if f"data.{name}" in schema_keys(schema)]
-    if parent == "data" and owners:
-        chosen = next((n for n, schema in data_schemas().items() if schema is node_type), None)
-        sources = " or ".join(f"data={source}" for source in owners)
-        return f"{key}: no such key{f' with data={chosen}' if chosen else ''}; it belongs to {sources}"
+    if parent == "data" and (owners := [f"data={n}" for n, schema in schemas.items() if key in schema_keys(schema)]):
+        chosen = next((f" with data={n}" for n, schema in schemas.items() if schema is node_type), "")
+        return f"{key}: no such key{chosen}; it belongs to {' or '.join(owners)}"
     if close := difflib.get_close_matches(key, known, n=1, cutoff=0.6):
         return f"{key}: no such key; did you mean {close[0]}?"
     prefix = f"{parent}." if parent else ""

@@ -22,17 +22,11 @@ MAX_SEED = 2**32 - 1  # numpy's and Lightning's seed range
 Valid = tuple[Callable[[Any], bool], str, str]
 
 
-def setting(
-    default: Any = MISSING,
-    *,
-    factory: Callable[[], Any] | None = None,
-    valid: Valid | None = None,
-    in_recipe: bool = True,
-) -> Any:
-    """A schema field: its default (or a block's factory), its valid values, and whether it is in the recipe
-    (False for a key that changes no result, such as a cache folder or the W&B project)."""
-    metadata = {"valid": valid, "in_recipe": in_recipe}
-    return field(default_factory=factory, metadata=metadata) if factory else field(default=default, metadata=metadata)
+def setting(default: Any = MISSING, *, valid: Valid | None = None, in_recipe: bool = True) -> Any:
+    """A schema field: its default, its valid values, and whether it is in the recipe (False for a key that changes
+    no result, such as a cache folder or the W&B project)."""
+    default_is = "default_factory" if callable(default) else "default"  # a block's class or dict: one per instance
+    return field(metadata={"valid": valid, "in_recipe": in_recipe}, **{default_is: default})
 
 
 def at_least(low: float, example: str, words: str = "") -> Valid:
@@ -168,7 +162,7 @@ class AnalysisConfig:
     track_every_n_epochs: int = MISSING
     track_images: int = MISSING
     probes: list[str] = setting(in_recipe=False)  # modules of analysis/probes/, in this order: they train nothing
-    settings: dict[str, Any] = setting(factory=dict, in_recipe=False)  # probe name -> its settings (ablation draws)
+    settings: dict[str, Any] = setting(dict, in_recipe=False)  # probe name -> its settings (ablation draws)
 
 
 @dataclass
@@ -210,7 +204,7 @@ class Config:
     # Each conf/step/<rung>.yaml adds its own entry, so a rung's config holds the info of every rung it
     # builds on, bottom first; keyed by name, so a rung without reference figures inherits none.
     # Outside the recipe: a reworded description or a new reference figure trains nothing anew.
-    rung_info: dict[str, RungInfo] = setting(factory=dict, in_recipe=False)
+    rung_info: dict[str, RungInfo] = setting(dict, in_recipe=False)
     ladder: str = setting(
         valid=(
             lambda v: len(v) <= 100 and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,  # nothing hidden
@@ -230,10 +224,10 @@ class Config:
     mixup: MixupConfig = field(default_factory=MixupConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # speed.* changes kernels, not the recipe (the precision speed.rehearse_cuda implies is in trainer.precision)
-    speed: SpeedConfig = setting(factory=SpeedConfig, in_recipe=False)
-    checkpoint: CheckpointConfig = setting(factory=CheckpointConfig, in_recipe=False)
+    speed: SpeedConfig = setting(SpeedConfig, in_recipe=False)
+    checkpoint: CheckpointConfig = setting(CheckpointConfig, in_recipe=False)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
-    wandb: WandbConfig = setting(factory=WandbConfig, in_recipe=False)
+    wandb: WandbConfig = setting(WandbConfig, in_recipe=False)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from data_js import read_data_js
 
-from vitladder.demo.export import export_demo
-from vitladder.demo.pack import render_data_js
+from vitladder.demo.export import export_demo, render_data_js
 
 HOSTILE = [
     "</script><script>window.injected = 1</script>",

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from data_js import decode_array, dequantise_range, dequantise_rows, read_data_js
 
-from vitladder.demo.pack import colormap_lut, encode_array, quantise_range, quantise_rows, render_data_js
+from vitladder.demo.export import colormap_lut, encode_array, quantise_range, quantise_rows, render_data_js
 
 
 def test_quantise_rows_scales_each_row_to_its_maximum() -> None:

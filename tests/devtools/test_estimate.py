@@ -55,8 +55,9 @@ def test_the_step_is_the_shared_timers_step_over_its_images(monkeypatch, tmp_pat
 
     monkeypatch.setattr(estimate, "build_vit", build)
     monkeypatch.setattr(estimate, "seconds_per_call", fake_seconds_per_call)
-    assert estimate.step_cost(TINY_VIT, 128, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 64)
-    assert estimate.step_cost(TINY_VIT, 16, "cpu", str(tmp_path)).per_image_s == pytest.approx(0.64 / 16)
+    fp32 = ("32-true", False)  # precision, fused AdamW
+    assert estimate.step_cost(TINY_VIT, 128, "cpu", str(tmp_path), *fp32).per_image_s == pytest.approx(0.64 / 64)
+    assert estimate.step_cost(TINY_VIT, 16, "cpu", str(tmp_path), *fp32).per_image_s == pytest.approx(0.64 / 16)
     assert timed == [(1, 2, "cpu", True), (0, 1, "cpu", False)] * 2  # the steps, then one checkpoint
     assert list(tmp_path.iterdir()) == [], "the timed checkpoint is removed"
 

@@ -26,6 +26,7 @@ from vitladder.atomic import atomic_path
 CMAP = "inferno"
 PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 EXPLAINER_GRID, EXPLAINER_PATCH, EXPLAINER_PATCH_PX = 8, (2, 3), 4  # the query patch: (row, column)
+Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # name (e.g. a rung) -> its points (x, y)
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
@@ -148,7 +149,7 @@ def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, 
     return plot_epoch_lines(panels, title)
 
 
-def _lines(ax, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], references: Mapping[str, float]) -> None:
+def _lines(ax, series: Series, references: Mapping[str, float]) -> None:
     """One line per named series of (x, y) points (e.g. one per rung), reference values dashed; the y-axis from 0
     (below it for negative values) to a tenth above the highest value."""
     cmap = colormaps["plasma"]
@@ -177,10 +178,7 @@ def plot_layer_lines(
 
 
 @rc_context(PLAIN_TEXT)
-def plot_epoch_lines(
-    panels: Sequence[tuple[str, Mapping[str, tuple[Sequence[float], Sequence[float]]], Mapping[str, float]]],
-    title: str,
-) -> Figure:
+def plot_epoch_lines(panels: Sequence[tuple[str, Series, Mapping[str, float]]], title: str) -> Figure:
     """One panel per (label, series, references): each series' values against epochs trained, one line per name
     (e.g. one per rung), reference values dashed."""
     fig = Figure(figsize=(5 * len(panels), 4))

@@ -70,7 +70,7 @@ class ImageDataModule(L.LightningDataModule):
         self.train = self.val = self.test = None  # Splits
 
     classes = property(lambda self: self.splits.classes)
-    num_classes = property(lambda self: self.splits.num_classes)
+    num_classes = property(lambda self: len(self.splits.classes))
     image_size = property(lambda self: self.splits.image_size)
 
     @property

@@ -123,10 +123,6 @@ def walk(tree: FolderTree | ArchiveTree, wanted: Callable[[Parts], bool]) -> Lis
     return dirs, files
 
 
-def _kind(mode: int) -> str:
-    return FILE_KINDS.get(stat.S_IFMT(mode), "not a file")
-
-
 def _os_error(verb: str, path: Path, error: OSError) -> DataError:
     return DataError(f"could not {verb} {printable(path)} ({error.strerror or error}): check its permissions")
 
@@ -153,15 +149,15 @@ class FolderTree:
             if os.path.islink(path):
                 raise Unreadable(f"is a dangling symlink (to {printable(os.readlink(path), 200)})") from error
             raise _os_error("read", path, error) from error
-        key = (st.st_dev, st.st_ino)
-        return Node(_kind(st.st_mode), st.st_size, key, os.path.islink(path), f"{st.st_size}:{st.st_mtime_ns}")
+        kind = FILE_KINDS.get(stat.S_IFMT(st.st_mode), "not a file")
+        return Node(kind, st.st_size, (st.st_dev, st.st_ino), os.path.islink(path), f"{st.st_size}:{st.st_mtime_ns}")
 
     def read(self, parts: Parts) -> bytes:
         """The bytes of a regular file, checked again on the open file: it may have changed since the walk."""
         path = self.source.joinpath(*parts)
         try:  # non-blocking: a FIFO swapped in after the walk must not hang the open
             with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
-                if (kind := _kind(os.fstat(f.fileno()).st_mode)) != "file":
+                if (kind := FILE_KINDS.get(stat.S_IFMT(os.fstat(f.fileno()).st_mode), "not a file")) != "file":
                     raise not_a_file(self.source, parts, kind)
                 data = f.read(self.max_file_bytes + 1)
         except OSError as error:

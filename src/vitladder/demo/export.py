@@ -1,18 +1,28 @@
 """Export a trained model's attention as a self-contained static browser demo, opened from disk or any static
-server: ``index.html``, ``demo.css``, ``demo.js`` (``static/``) and ``data.js`` (:mod:`vitladder.demo.pack`): the
-run's names and shape, ``lut`` (the colours of the 256 bytes), ``images`` (the first N of the run's own test split,
-:func:`attention_payload`, ~300 KB each at patch 4) and ``position`` (:func:`position_payload`, 5.5 KB).
+server: ``index.html``, ``demo.css``, ``demo.js`` (``static/``) and ``data.js``: the run's names and shape, ``lut``
+(the colours of the 256 bytes), ``images`` (the first N of the run's own test split, :func:`attention_payload`,
+~300 KB each at patch 4) and ``position`` (:func:`position_payload`, 5.5 KB). tests/data_js.py reads data.js back.
+
+Every map the page draws is scaled to its own maximum, so a row of attention is stored as its maximum (float32) and
+``round(255 * a / max)`` (uint8): the page uses the bytes as colour indices, and ``byte / 255 * max`` recovers the
+attention to within ``max / 510``. Values with a range of their own (cosine similarity, ``[-1, 1]``) are stored on
+that fixed scale instead, so that every map shares one legend. Arrays travel as base64 inside ``data.js``, which sets
+a global: pages opened from ``file://`` may load scripts but, in Chromium, may not fetch JSON.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from collections.abc import Sequence
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import torch
+from matplotlib import colormaps
 from torch import Tensor
 
 from vitladder.analysis.capture import capture_attention
@@ -22,13 +32,54 @@ from vitladder.analysis.probes.positions import grid_correlation, patch_position
 from vitladder.atomic import write_text
 from vitladder.data.augment import normalize
 from vitladder.data.stats import ChannelStats
-from vitladder.demo.pack import DATA_FORMAT, colormap_lut, encode_array, quantise_range, quantise_rows, render_data_js
 from vitladder.errors import UserError
 from vitladder.run_folder import is_finished, read_summary
 
+DATA_FORMAT = "vitladder-demo/2"  # 2: the position embeddings' similarity
 STATIC_FILES = ("demo.css", "demo.js", "index.html")  # index.html last: its presence means the demo is complete
 BATCH = 64  # images per forward pass: bounds the float maps' memory
 MAX_IMAGES = 256  # each image adds L x (H + 1) x T x N bytes to data.js (~270 KB base64 at patch 4), loaded whole
+
+
+def quantise_rows(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows over the last dim -> (uint8 bytes, same shape; float32 row maxima, shape[:-1]). The largest entry of a
+    row becomes 255; an all-zero row stays 0 with maximum 0."""
+    values = values.detach().float().clamp_min(0)
+    scale = values.amax(dim=-1)  # (...,)
+    safe = torch.where(scale > 0, scale, 1.0).unsqueeze(-1)
+    return torch.round(values / safe * 255).clamp(0, 255).to(torch.uint8), scale
+
+
+def quantise_range(values: Tensor, low: float, high: float) -> Tensor:
+    """Values on the fixed scale ``[low, high]`` -> uint8 bytes, same shape: ``low`` is 0, ``high`` is 255."""
+    unit = (values.detach().float() - low) / (high - low)
+    return torch.round(unit.clamp(0, 1) * 255).to(torch.uint8)
+
+
+def encode_array(array: Tensor | np.ndarray, dtype: str) -> str:
+    """base64 of the raw little-endian bytes (``dtype``: ``"u1"`` or ``"f4"``), C order."""
+    if isinstance(array, Tensor):
+        array = array.detach().cpu().numpy()
+    return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode()
+
+
+def colormap_lut() -> np.ndarray:
+    """(256, 3) uint8 RGB of viridis: byte ``q`` of a map is drawn as ``lut[q]``."""
+    rgba = colormaps["viridis"](np.linspace(0.0, 1.0, 256))  # (256, 4) floats in [0, 1]
+    return np.round(rgba[:, :3] * 255).astype(np.uint8)
+
+
+# Names in the payload come from the data and the checkpoint (class folders, the rung): as JSON string
+# escapes, "<", ">" and "&" can never close the script or open a comment, wherever data.js is put.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def render_data_js(payload: dict) -> str:
+    body = json.dumps(payload, separators=(",", ":")).translate(_SCRIPT_SAFE)  # ensure_ascii: U+2028 escaped too
+    return (
+        f"// vitladder browser demo data ({DATA_FORMAT}), written by scripts/export_demo.py.\n"
+        f"window.VITLADDER_DEMO = {body};\n"
+    )
 
 
 @torch.no_grad()
@@ -108,9 +159,8 @@ def export_demo(source: Path, out_dir: Path | None = None, num_images: int = 16,
         "position": position_payload(model, grid),
         "images": [entry for x, y in batches for entry in attention_payload(model, x, y, meta.stats)],
     }
-    if out_dir is None:
-        out_dir = meta.run_dir / "demo" if meta.run_dir is not None else meta.path.parent / f"{meta.path.stem}-demo"
-    out_dir = Path(out_dir)
+    default = meta.run_dir / "demo" if meta.run_dir is not None else meta.path.parent / f"{meta.path.stem}-demo"
+    out_dir = Path(default if out_dir is None else out_dir)
     write_text(out_dir / "data.js", render_data_js(payload))  # write_text makes the folder
     for name in STATIC_FILES:
         write_text(out_dir / name, (resources.files("vitladder.demo") / "static" / name).read_text())

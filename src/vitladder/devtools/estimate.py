@@ -37,9 +37,7 @@ class StepCost:
 
 
 @cache
-def step_cost(
-    vit: ViTConfig, batch_size: int, device: str, folder: str, precision: str = "32-true", fused: bool = False
-) -> StepCost:
+def step_cost(vit: ViTConfig, batch_size: int, device: str, folder: str, precision: str, fused: bool) -> StepCost:
     """One warm-up and two timed AdamW steps of the model in the run's precision and AdamW, then one save of what
     last.ckpt holds (weights and AdamW state) into a temporary folder in ``folder``."""
     model = build_vit(vit).to(device)

@@ -29,13 +29,8 @@ def dependencies(pyproject: Path = PYPROJECT) -> list[str]:
 
 def floor_pins(requirements: list[str]) -> list[str]:
     """``name==floor`` for every requirement's ``>=`` bound, torch and torchvision left out."""
-    pins = []
-    for requirement in requirements:
-        name = _NAME.match(requirement)[0]
-        floor = _FLOOR.search(requirement.split(";")[0])
-        if floor and name.lower() not in NOT_PINNED:
-            pins.append(f"{name}=={floor[1]}")
-    return pins
+    floors = ((_NAME.match(spec)[0], _FLOOR.search(spec.split(";")[0])) for spec in requirements)
+    return [f"{name}=={floor[1]}" for name, floor in floors if floor and name.lower() not in NOT_PINNED]
 
 
 if __name__ == "__main__":

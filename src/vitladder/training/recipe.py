@@ -116,7 +116,6 @@ def key_defaults(cfg: DictConfig) -> dict[str, Any]:
 
 
 def write_recipe(paths: RunPaths, cfg: DictConfig, overrides: list[str] | None) -> None:
-    """config.yaml (the resolved config), provenance.json (what made it) and overrides.yaml (the command line)."""
     write_text(paths.config, OmegaConf.to_yaml(cfg, resolve=True))
     write_json(paths.provenance, {"versions": versions(), "defaults": key_defaults(cfg)})
     if overrides is not None:
@@ -172,12 +171,8 @@ def replaces_old_run(cfg: DictConfig) -> bool:
                 warnings.warn(f"{paths.root}: {', '.join(dropped)} no longer {settings}; {kept}", stacklevel=1)
             return False
     if not cfg.overwrite:
-        now = versions()
-        made_by = [
-            f"{name} {_show(v)} → {_show(now.get(name))}"
-            for name, v in made.get("versions", {}).items()
-            if v != now.get(name)
-        ]
+        now, made_with = versions(), made.get("versions", {})
+        made_by = [f"{name} {_show(v)} → {_show(now.get(name))}" for name, v in made_with.items() if v != now.get(name)]
         raise UserError(changed_recipe_message(paths.root, changes, finished, made_by))
     return True
 

@@ -48,10 +48,6 @@ class ImageSplits:
     def image_size(self) -> int:
         return int(self.train_images.shape[-1])  # S, the same in both splits
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
     @functools.cached_property
     def digest(self) -> str:
         """sha256 of the arrays and the class names: which images these are, whatever their source or path."""
@@ -87,9 +83,8 @@ def _source_values(data_cfg: DictConfig) -> dict:  # the keys that choose the im
 def load(data_cfg: DictConfig) -> ImageSplits:
     """The images of ``data=<source>``, loaded once per process (the same object for the same source keys)."""
     if (key := json.dumps(_source_values(data_cfg), sort_keys=True, default=str)) not in _loaded:
-        splits = source_named(data_cfg.source).load(data_cfg)
-        _loaded.clear()
-        _loaded[key] = splits
+        _loaded.clear()  # first: the old data set is let go before the new one loads
+        _loaded[key] = source_named(data_cfg.source).load(data_cfg)
     return _loaded[key]
 
 

@@ -1,6 +1,6 @@
 // vitladder browser demo. Plain ES2017, no libraries, no network: everything comes from
 // window.VITLADDER_DEMO, which data.js sets (a script, because Chromium will not fetch JSON
-// from a page opened as file://). See src/vitladder/demo/pack.py for the data layout.
+// from a page opened as file://). See src/vitladder/demo/export.py for the data layout.
 'use strict';
 
 (function () {
