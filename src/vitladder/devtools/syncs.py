@@ -80,35 +80,39 @@ class HostSyncs(TorchDispatchMode):
         return counted
 
     def _counts(self, tensor: object) -> bool:
-        """Whether to count an operation on ``tensor``: counting is on, a device tensor (any, off CUDA), not exempt."""
-        on_device = not (isinstance(tensor, torch.Tensor) and self.on_cuda and tensor.device.type == "cpu")
-        return self._on and on_device and id(tensor) not in self.exempt
+        """Whether an operation on ``tensor`` syncs: a device tensor (every tensor, off CUDA), not exempt."""
+        if not isinstance(tensor, torch.Tensor):
+            return True
+        return id(tensor) not in self.exempt and not (self.on_cuda and tensor.device.type == "cpu")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket)
-        masked = name in MASKED and any(getattr(index, "dtype", None) == torch.bool for index in args[1])
-        if (name in SYNCS or masked) and self._counts(args[0] if args else None):
-            self.seen[name] += 1
+        if self._on:
+            name = str(func.overloadpacket)
+            masked = name in MASKED and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None
+            )
+            if (name in SYNCS or masked) and self._counts(args[0] if args else None):
+                self.seen[name] += 1
         return func(*args, **(kwargs or {}))
 
-    def __enter__(self) -> HostSyncs:
-        for name in COPIES:  # restored on exit, inherited from torch's C base class again where they were
-            self._patches.enter_context(mock.patch.object(torch.Tensor, name, self._counting_copy(name)))
-        if self.on_cuda:
-            self._warnings = self._patches.enter_context(warnings.catch_warnings(record=True))
-            warnings.simplefilter("always")
-        return super().__enter__()
-
-    def _counting_copy(self, name: str) -> Callable:
-        method = getattr(torch.Tensor, name)
-
+    def _counting_copy(self, name: str, method: Callable) -> Callable:
         @wraps(method)
         def counted(tensor, *args, **kwargs):
-            if self._counts(tensor):
+            if self._on and self._counts(tensor):
                 self.seen[f"Tensor.{name}"] += 1
             return method(tensor, *args, **kwargs)
 
         return counted
+
+    def __enter__(self) -> HostSyncs:
+        for name in COPIES:  # restored on exit, inherited from torch's C base class again where they were
+            self._patches.enter_context(
+                mock.patch.object(torch.Tensor, name, self._counting_copy(name, getattr(torch.Tensor, name)))
+            )
+        if self.on_cuda:
+            self._warnings = self._patches.enter_context(warnings.catch_warnings(record=True))
+            warnings.simplefilter("always")
+        return super().__enter__()
 
     def __exit__(self, *exc) -> None:
         self.on = False

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from vitladder.analysis.figures import plot_epoch_lines, plot_explainer, plot_layer_lines, save_figure
 from vitladder.analysis.metrics import declared
 from vitladder.analysis.outputs import history_rows, read_analysis_csv, read_csv, write_csv
-from vitladder.analysis.probes import Column, by_layer, columns, probe_names
+from vitladder.analysis.probes import ByLayer, Column, by_layer, columns, probe_names
 from vitladder.atomic import write_text
 from vitladder.config import CONF_DIR, get_rung, rung_index, rung_names
 from vitladder.errors import UserError
@@ -43,15 +43,23 @@ def probes_of(results: list[RungResult]) -> list[str]:
     return known or list(OmegaConf.load(CONF_DIR / "config.yaml").analysis.probes)
 
 
+def probe_columns(results: list[RungResult]) -> tuple[Column, ...]:
+    return columns(probes_of(results))
+
+
+def probe_layers(results: list[RungResult]) -> tuple[ByLayer, ...]:
+    return by_layer(probes_of(results))
+
+
 def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
     """ladder.csv's numbers (done.json's names); the CSV then adds setting.SETTING_COLUMNS."""
-    return ("rung", "test_acc", *(column.key for column in columns(probes_of(results))))
+    return ("rung", "test_acc", *(column.key for column in probe_columns(results)))
 
 
 def figures(results: list[RungResult]) -> tuple[str, ...]:
     """The report's PNGs: each per-layer value drawn, the tracked columns against epoch (if any), the explainer."""
-    drawn = [f"{value.short}_by_layer.png" for value in by_layer(probes_of(results)) if value.figure]
-    tracked = [TRACKING_PNG] if any(column.track for column in columns(probes_of(results))) else []
+    drawn = [f"{value.short}_by_layer.png" for value in probe_layers(results) if value.figure]
+    tracked = [TRACKING_PNG] if any(column.track for column in probe_columns(results)) else []
     return (*drawn, *tracked, "explainer.png")
 
 
@@ -148,16 +156,18 @@ class RungResult:
         return {epoch: sum(values) / len(values) for epoch, values in sorted(per_epoch.items())}
 
 
+def _read_run(path: Path) -> RunRecord | None:
+    parsed, paths = parse_run_name(path.name), RunPaths(path)
+    if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, a set-aside run
+        return None
+    done = _readable(paths.done, lambda _: read_summary(path))
+    config = OmegaConf.to_container(OmegaConf.load(paths.config)) if paths.config.is_file() else {}
+    return RunRecord(parsed[0], int(done.get("seed", parsed[1])), path, done, config)
+
+
 def collect(ladder_dir: str | Path) -> list[RungResult]:
     """The finished rungs of a ladder folder, in ladder order, each with its seeds sorted."""
-    runs = []
-    for path in (path for path in sorted(Path(ladder_dir).iterdir()) if path.is_dir()):
-        parsed, paths = parse_run_name(path.name), RunPaths(path)
-        if parsed is None or parsed[0] not in rung_names() or not is_finished(path):  # the report folder, set aside
-            continue
-        done = _readable(paths.done, lambda done: read_summary(done.parent))
-        config = OmegaConf.to_container(OmegaConf.load(paths.config)) if paths.config.is_file() else {}
-        runs.append(RunRecord(parsed[0], int(done.get("seed", parsed[1])), path, done, config))
+    runs = [r for p in sorted(Path(ladder_dir).iterdir()) if p.is_dir() and (r := _read_run(p)) is not None]
     by_rung = {rung: sorted((r for r in runs if r.rung == rung), key=lambda r: r.seed) for rung in rung_names()}
     return [RungResult(rung, seeds) for rung, seeds in by_rung.items() if seeds]
 
@@ -216,7 +226,7 @@ def _ladder_row(rung: str, result: RungResult | None, shown: Sequence[Column]) -
 
 def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     by_rung = {r.rung: r for r in results}
-    shown = [column for column in columns(probes_of(results)) if column.header]
+    shown = [column for column in probe_columns(results) if column.header]
     probes = [cell for column in shown for cell in [column.header, *(["ref."] if column.reference else [])]]
     header = ["rung", "adds", "test acc.", "ref.", *probes, "not as in the article", "seeds", "figures"]
     over_seeds = ", as mean ± 95% CI (Student t) over seeds." if any(len(r.runs) > 1 for r in results) else "."
@@ -226,7 +236,7 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
     lines += ["", TWO_DISTANCES, "", "## What each rung trained", "", ARTICLE, ""]
     trained = [[f"`{r.rung}`", *(text for key, text in r.setting().items() if key != "differs")] for r in results]
     lines += [*_md_table(TRAINED, trained), "", "## Figures", ""]
-    drawn = [value.short for value in by_layer(probes_of(results)) if value.figure]
+    drawn = [value.short for value in probe_layers(results) if value.figure]
     lines += [line for short in drawn for line in (f"![{short} per layer]({short}_by_layer.png)", "")]
     lines += [*_tracking_lines(results), "![three made-up heads](explainer.png)", ""]
     per_run = "".join(f"`{m.short}.png`, " for m in declared("figures"))
@@ -244,7 +254,7 @@ def _markdown(results: list[RungResult], ladder_dir: Path) -> str:
 
 def _tracking_lines(results: list[RungResult]) -> list[str]:
     """report.md's lines on tracking_by_epoch.png: what it draws, and the rungs left out of it (none tracked)."""
-    tracked = [column for column in columns(probes_of(results)) if column.track]
+    tracked = [column for column in probe_columns(results) if column.track]
     if not tracked:
         return []
     names = "; ".join(column.header or column.key for column in tracked)
@@ -270,14 +280,14 @@ def _uniform_lines(results: list[RungResult], uniform: dict[str, list[float]]) -
 
 def _save_figures(results: list[RungResult], ladder_dir: Path) -> None:
     """The PNGs of figures(): the per-layer values drawn, one line per rung, and the tracked columns against epoch."""
-    for value in (value for value in by_layer(probes_of(results)) if value.figure):  # <short>_by_layer.png
+    for value in (value for value in probe_layers(results) if value.figure):  # <short>_by_layer.png
         series = {r.rung: values for r in results if (values := r.by_layer(value.name, value.table))}
         uniform = {r.rung: r.by_layer(value.uniform, value.table) for r in results} if value.uniform else {}
         title = f"{ladder_dir.name}: {value.label} per layer, every rung"
         figure = plot_layer_lines(series, _uniform_lines(results, uniform), value.axis_label, title)
         save_figure(figure, ladder_dir / f"{value.short}_by_layer.png")
     panels = []
-    for column in (column for column in columns(probes_of(results)) if column.track):  # tracking_by_epoch.png
+    for column in (column for column in probe_columns(results) if column.track):  # tracking_by_epoch.png
         series = {r.rung: (list(points), list(points.values())) for r in results if (points := r.tracked(column.track))}
         uniform = {r.rung: r.values(column.uniform) for r in results if r.rung in series} if column.uniform else {}
         panels.append((column.header or column.key, series, _uniform_lines(results, uniform)))
@@ -289,11 +299,12 @@ def _save_figures(results: list[RungResult], ladder_dir: Path) -> None:
 
 def build_report(ladder_dir: str | Path) -> Path:
     """Write report.md, ladder.csv and the charts for the finished rungs of ``ladder_dir``; returns report.md."""
-    ladder_dir, results = Path(ladder_dir), collect(ladder_dir)
+    ladder_dir = Path(ladder_dir)
+    results = collect(ladder_dir)
     keys = ladder_columns(results)[1:]
     csv_columns = ["rung", *keys, *SETTING_COLUMNS]
     if any(len(r.runs) > 1 for r in results):  # several seeds: the intervals
-        ci = ["test_acc", *(column.key for column in columns(probes_of(results)) if column.ci)]
+        ci = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]
         csv_columns += ["n_seeds", *(f"{key}_ci95" for key in ci)]
     rows = [{column: rounded(row[column]) for column in csv_columns} for row in (r.row(keys) for r in results)]
     write_csv(ladder_dir / "ladder.csv", csv_columns, rows)

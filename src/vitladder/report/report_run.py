@@ -7,21 +7,22 @@ from dataclasses import fields
 from itertools import zip_longest
 from pathlib import Path
 
-from vitladder.analysis.probes import by_layer, columns
 from vitladder.config import get_rung, rung_index, rung_names
 from vitladder.config_schema import ReferenceFigures
-from vitladder.report.ladder_report import RungResult, collect, figures, ladder_columns, probes_of
+from vitladder.report.ladder_report import RungResult, collect, figures, ladder_columns, probe_columns, probe_layers
 from vitladder.report.setting import SETTING_COLUMNS
 from vitladder.run_folder import EPOCH, LR
 from vitladder.wandb.report import Chart, log_report_run
 from vitladder.wandb.run import GLOBAL_STEP, wandb_failure_warns
 
+PROJECT, REFERENCE_SERIES, UNIFORM = "this project", "reference (article)", "uniform attention"
+
 
 def _by_rung(results: list[RungResult]) -> list[tuple[str, str, str, str | None]]:
     """(key, chart, title, uniform key) of each value charted by rung: test accuracy and each ``Column.by_rung``."""
     test_acc = ("test_acc", "test_acc", "test accuracy by rung (rung_index: 0 = the first rung)", None)
-    shown = columns(probes_of(results))
-    return [test_acc, *((c.key, c.by_rung, f"{c.header or c.key} by rung", c.uniform) for c in shown if c.by_rung)]
+    columns = probe_columns(results)
+    return [test_acc, *((c.key, c.by_rung, f"{c.header or c.key} by rung", c.uniform) for c in columns if c.by_rung)]
 
 
 def charts(results: list[RungResult]) -> dict[str, Chart]:
@@ -30,24 +31,24 @@ def charts(results: list[RungResult]) -> dict[str, Chart]:
         f"report/{chart}_by_rung": (f"{chart}_by_rung", "rung_index", key, "series", title)
         for key, chart, title, _ in _by_rung(results)
     }
-    per_layer = {
+    by_layer = {
         f"report/{value.name}_by_layer": ("layers", "layer", value.name, "rung", f"{value.axis_label} by layer")
-        for value in by_layer(probes_of(results))
+        for value in probe_layers(results)
         if value.figure
     }
-    return by_rung | per_layer
+    return by_rung | by_layer
 
 
 def _series_rows(result: RungResult, key: str, uniform_key: str | None) -> list[list]:
     """A by-rung chart's long-format rows [rung, rung_index, seeds, series, value] (no runs: not finished): the
     article's figure, the project's mean (over several seeds, its 95% interval as two more lines), the uniform one."""
     reference, (mean, half) = get_rung(result.rung).reference, result.stats(key)
-    series = {"reference (article)": reference.get(key), "this project": mean}
+    series = {REFERENCE_SERIES: reference.get(key), PROJECT: mean}
     if half is not None:
-        series |= {"this project, 95% CI low": mean - half, "this project, 95% CI high": mean + half}
+        series |= {f"{PROJECT}, 95% CI low": mean - half, f"{PROJECT}, 95% CI high": mean + half}
     if uniform_key:  # the uniform baseline the values are read against
         uniform = result.stats(uniform_key)[0]
-        series["uniform attention"] = uniform if uniform is not None else reference.get(uniform_key)
+        series[UNIFORM] = uniform if uniform is not None else reference.get(uniform_key)
     ident = [result.rung, rung_index(result.rung), result.seeds]
     return [[*ident, name, value] for name, value in series.items() if value is not None]
 
@@ -78,7 +79,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
             row = RungResult(r.rung, [run]).row(keys) | {"seed": run.seed, "val_acc": run.done.get("val_acc")}
             runs.append([row[column] for column in runs_columns])
 
-    shown = by_layer(probes_of(results))
+    shown = probe_layers(results)
     layers_columns = ["rung", "rung_index", "seeds", "layer", *(value.name for value in shown)]
     layers = []
     for r in results:
@@ -95,11 +96,17 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
 
 def rung_lines(results: list[RungResult]) -> tuple[tuple[str, str, str], ...]:
     """(x, y, title) of the saved Report's line plots, one line per rung: accuracy, loss, each tracked column, lr."""
-    lines = [(EPOCH, "val/acc", "validation accuracy"), (EPOCH, "train/loss", "training loss")]
-    for column in (column for column in columns(probes_of(results)) if column.track):
-        title = f"{column.header or column.key} during training (0 = initialisation)"
-        lines.append((EPOCH, f"track/{column.track}", title))
-    return (*lines, (GLOBAL_STEP, LR, "learning rate per optimizer step"))
+    tracked = tuple(
+        (EPOCH, f"track/{column.track}", f"{column.header or column.key} during training (0 = initialisation)")
+        for column in probe_columns(results)
+        if column.track
+    )
+    return (
+        (EPOCH, "val/acc", "validation accuracy"),
+        (EPOCH, "train/loss", "training loss"),
+        *tracked,
+        (GLOBAL_STEP, LR, "learning rate per optimizer step"),
+    )
 
 
 def wandb_names(results: list[RungResult], ladder_dir: Path) -> tuple[str, str | None, str]:
@@ -120,11 +127,20 @@ def log_report_to_wandb(
 ) -> str | None:
     """Log the built report into the ladder's report run (by default under the runs' wandb.project and ladder):
     report_tables(), charts(), the PNGs, the means in the summary. Returns the run's id (None: W&B disabled)."""
-    ladder_dir, results = Path(ladder_dir), collect(ladder_dir)
+    ladder_dir = Path(ladder_dir)
+    results = collect(ladder_dir)
     logged_project, _, logged_ladder = wandb_names(results, ladder_dir)
     keys = ladder_columns(results)[1:]
     summary = {f"report/{r.rung}/{key}": mean for r in results for key in keys if (mean := r.stats(key)[0]) is not None}
-    logged = report_tables(results), charts(results), summary, figures(results)
-    runs = [(r.rung, one.seed, one.path) for r in results for one in r.runs]
-    project, group = project or logged_project, group or logged_ladder
-    return log_report_run(ladder_dir, *logged, runs, project=project, group=group, entity=entity, mode=mode)
+    return log_report_run(
+        ladder_dir,
+        report_tables(results),
+        charts(results),
+        summary,
+        figures(results),
+        [(r.rung, one.seed, one.path) for r in results for one in r.runs],
+        project=project or logged_project,
+        group=group or logged_ladder,
+        entity=entity,
+        mode=mode,
+    )
