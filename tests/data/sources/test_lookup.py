@@ -78,15 +78,16 @@ def test_an_unknown_source_is_one_clear_error() -> None:
 def test_the_same_images_are_loaded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from vitladder.data.sources import synthetic
 
-    calls = []
+    calls = []  # per load: how many data sets the cache held while it ran
     real = synthetic.load
-    monkeypatch.setattr(synthetic, "load", lambda cfg: calls.append(cfg) or real(cfg))
+    monkeypatch.setattr(synthetic, "load", lambda cfg: calls.append(len(sources._loaded)) or real(cfg))
     cfg = OmegaConf.create({"source": "synthetic", "num_train": 30, "num_test": 20, "batch_size": 8, "val_size": 5})
     first = sources.load(cfg)
     # Another batch size or split is the same images: not loaded again.
     assert sources.load(OmegaConf.merge(cfg, {"batch_size": 4, "val_size": 9})) is first and len(calls) == 1
     newer = sources.load(OmegaConf.merge(cfg, {"num_train": 40}))  # other images: loaded, and the old ones let go
-    assert len(calls) == 2 and [id(splits) for splits in sources._loaded.values()] == [id(newer)]
+    assert [id(splits) for splits in sources._loaded.values()] == [id(newer)]
+    assert calls == [0, 0], "the old images are let go before the new ones load: never two data sets in memory"
 
 
 @pytest.fixture
