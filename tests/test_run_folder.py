@@ -41,6 +41,7 @@ def test_the_layout(tmp_path):
         for name in (
             "config",
             "overrides",
+            "provenance",
             "metrics_csv",
             "checkpoints",
             "last_ckpt",
@@ -54,6 +55,7 @@ def test_the_layout(tmp_path):
     assert relative == {
         "config": "config.yaml",
         "overrides": "overrides.yaml",
+        "provenance": "provenance.json",
         "metrics_csv": "metrics.csv",
         "checkpoints": "checkpoints",
         "last_ckpt": "checkpoints/last.ckpt",

@@ -48,12 +48,12 @@ def some_images(n: int, seed: int) -> torch.Tensor:
 
 def as_tensors(summary: AttentionSummary) -> dict[str, object]:
     heads = [summary.heads[name] for name in ("distance_px", "entropy_nats", "cls_share", "distance_drop_px")]
-    return {"heads": torch.stack(heads), "meta": (summary.grid, summary.patch_px, summary.num_images)}
+    return {"heads": torch.stack(heads), "uniform": summary.uniform}
 
 
 def assert_same(a: AttentionSummary, b: AttentionSummary) -> None:
     ta, tb = as_tensors(a), as_tensors(b)
-    assert ta["meta"] == tb["meta"]
+    assert ta["uniform"] == tb["uniform"]
     assert torch.equal(ta["heads"], tb["heads"]), "the per-head numbers differ"
 
 

@@ -7,11 +7,13 @@ Every image here names its own index in its pixels, so a split reveals which sou
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from PIL import Image
 
 from vitladder.analysis.checkpoint import test_split as run_test_split  # not collected as a test
@@ -105,6 +107,18 @@ def test_the_seeded_order_is_the_one_finished_runs_were_evaluated_on() -> None:
     assert val == [8, 0, 5]
     assert train == [9, 7, 4, 2, 10, 3, 1, 11, 6]
     assert test == [6, 7, 9, 5, 0, 4, 3, 2, 1, 8]
+
+
+@pytest.mark.parametrize(("official", "order"), [(True, "official"), (False, "seeded")])
+def test_the_data_facts_say_whether_the_test_images_keep_the_sources_order(official, order, monkeypatch) -> None:
+    source = replace(indexed_source(20, 10), official_test_order=official, origin="indexed images")
+    monkeypatch.setattr(sources, "load", lambda data_cfg: source)
+    cfg = {"val_size": 4, "split_seed": 0, "train_subset": None, "test_subset": None, "batch_size": 4}
+    datamodule = ImageDataModule(OmegaConf.create(cfg))
+    datamodule.setup()
+    facts = {"data": "indexed images", "train_images": 16, "val_images": 4, "test_images": 10, "test_order": order}
+    assert datamodule.facts() == facts
+    assert (ids(datamodule.test, source.test_labels) == list(range(10))) == official
 
 
 def test_val_size_0_trains_on_every_training_image() -> None:

@@ -265,10 +265,16 @@ def test_each_training_epoch_seeds_the_random_streams_of_mixup_and_drop_path(tin
     again = draws()
     assert torch.equal(first[0], again[0]) and np.array_equal(first[1], again[1]) and first[2] == again[2]
     seed_epoch(3, 1, 4)
-    assert torch.equal(torch.rand(4), first[0]), "the hook seeds from (seed, rank, epoch)"
-    for rank, epoch in ((0, 4), (1, 5)):  # another rank, or the next epoch: other draws
-        seed_epoch(3, rank, epoch)
-        assert not torch.equal(torch.rand(4), first[0])
+    # A contract with runs on disk: one resumed after an upgrade draws what it would have drawn before.
+    value = torch.initial_seed()
+    assert value == 8466065040459574885, "the hook seeds from (seed, rank, epoch)"
+    assert np.array_equal(np.random.get_state()[1], np.random.RandomState(value % 2**32).get_state()[1])
+    assert random.getstate() == random.Random(value).getstate()
+    assert torch.equal(torch.rand(4), first[0])
+    for seed, rank, epoch in ((2, 1, 4), (3, 0, 4), (3, 1, 5)):  # another seed, rank or epoch: other draws
+        seed_epoch(seed, rank, epoch)
+        other = draws()
+        assert not torch.equal(other[0], first[0]) and not np.array_equal(other[1], first[1]) and other[2] != first[2]
 
 
 def test_the_trainer_trains_the_rungs_epochs_without_sanity_steps(tiny_cfg) -> None:

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import wandb
 from omegaconf import OmegaConf
 from run_helpers import saved_file
 from safetensors import safe_open
@@ -63,7 +64,7 @@ def three_layer_summary() -> AttentionSummary:
         "distance_drop_px": torch.tensor([[4.5, 6.75], [1.8, 3.6], [8.0, 9.6]]),
     }
     uniform = {"distance_px": 11.5, "entropy_nats": 4.1, "distance_drop_px": 10.8}
-    return AttentionSummary(heads=heads, patch_px=8, grid=4, num_images=16, uniform=uniform)
+    return AttentionSummary(heads=heads, uniform=uniform)
 
 
 def test_the_summary_holds_the_runs_identity_length_accuracies_and_time(monkeypatch):
@@ -196,6 +197,26 @@ def test_the_model_then_wandb_then_done_json_last(tmp_path, events):
     state = module.model.state_dict()
     assert saved["state_dict"].keys() == state.keys()
     assert all(torch.equal(saved["state_dict"][key], value) for key, value in state.items())
+
+
+def test_wandb_failing_at_the_end_is_one_warning_and_the_rung_still_finishes(tmp_path, events, monkeypatch):
+    def refused(*args) -> None:
+        raise wandb.errors.CommError("artifact upload refused")
+
+    monkeypatch.setattr(results_module, "log_rung_artifacts", refused)
+    logger = SimpleNamespace(experiment=FakeExperiment(events))
+    with pytest.warns(UserWarning) as caught:
+        write_results(tiny_module(), RunPaths(tmp_path), ("a", "b", "c"), CFG, SUMMARY, logger)
+    assert [str(warning.message) for warning in caught] == [
+        "W&B could not log the rung's final summary and artifacts (CommError: artifact upload refused): "
+        f"the rung is finished and saved in {tmp_path} (scripts/analyze.py logs its analysis again)"
+    ]
+    assert events == [
+        "checkpoints/model.safetensors",
+        "wandb summary [('test/acc', 0.25), ('val/acc', 0.5)]",
+        "done.json",
+    ]
+    assert read_summary(tmp_path) == SUMMARY
 
 
 def test_without_wandb_the_model_then_done_json(tmp_path, events):

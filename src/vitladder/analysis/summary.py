@@ -54,9 +54,6 @@ def example_attention(
 @dataclass(frozen=True)
 class AttentionSummary:
     heads: Mapping[str, Tensor]  # metric name (declared()) -> per head (L, H)
-    patch_px: int
-    grid: int
-    num_images: int
     uniform: Mapping[str, float]  # metric name -> its value for uniform attention, where it declares one
 
     @property
@@ -95,8 +92,5 @@ def analyse(
     grid = images_u8.shape[-1] // patch_px
     return AttentionSummary(
         heads={metric.name: mean[:, i] for i, metric in enumerate(metrics)},
-        patch_px=int(patch_px),
-        grid=grid,
-        num_images=len(images_u8),
         uniform={m.name: m.uniform(grid, patch_px) for m in metrics if m.uniform is not None},
     )

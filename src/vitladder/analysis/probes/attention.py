@@ -73,7 +73,7 @@ def run(model: nn.Module, images: Tensor, labels: Tensor, ctx: Context) -> Resul
     summary = analyse(model, images, ctx.batch_size, ctx.patch_px, stats=ctx.stats)
     result = Result(tables={"heads": head_rows(summary), "layers": layer_rows(summary)})
     for metric in declared("figures"):  # <short>.png: every head of every layer
-        title = f"{ctx.rung}: {metric.short} per head ({summary.num_images} test images)"
+        title = f"{ctx.rung}: {metric.short} per head ({len(images)} test images)"
         values, uniform = summary.heads[metric.name].numpy(), summary.uniform.get(metric.name)
         result.figures[metric.short] = figures.plot_heads(values, uniform, metric.axis_label, title)
     result.figures["explainer"] = figures.plot_explainer()
