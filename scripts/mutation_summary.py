@@ -4,10 +4,11 @@
     python scripts/mutation_summary.py 'vitladder.analysis.*' ...   # mutant-name globs
 
 Reads mutmut's per-file results under mutants/. A timeout counts as killed (the mutant hung the
-tests). Survivors judged equivalent (no input can tell them from the original) are listed with the
-reason in docs/mutation.md; the kill rate over the mutants that change behaviour leaves them out.
-A listed mutant that no longer survives is reported, so the list cannot go stale unnoticed.
-Show a survivor's change with `mutmut show NAME`.
+tests). A run stopped part way leaves mutants not checked: they are counted apart, out of the rates,
+and the next `make mutation` goes on with them. Survivors judged equivalent (no input can tell them
+from the original) are listed with the reason in docs/mutation.md; the kill rate over the mutants
+that change behaviour leaves them out. A listed mutant that no longer survives is reported, so the
+list cannot go stale unnoticed. Show a survivor's change with `mutmut show NAME`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
+UNFINISHED = {"not checked", "check was interrupted by user"}  # a stopped run's: the next one checks them
 EQUIVALENT_LIST = Path(__file__).resolve().parents[1] / "docs" / "mutation.md"
 ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|\s*(.+?)\s*\|\s*$")  # | `mutant name` | why it is equivalent |
 
@@ -42,6 +44,10 @@ def judged_equivalent(text: str) -> dict[str, str]:
 
 
 def report(statuses: dict[str, str], equivalent: dict[str, str]) -> list[str]:
+    unfinished = sum(status in UNFINISHED for status in statuses.values())
+    statuses = {name: status for name, status in statuses.items() if status not in UNFINISHED}
+    if not statuses:
+        return [f"none of the {unfinished} mutants checked yet: run make mutation"]
     counts = Counter(statuses.values())
     detected = sum(counts[s] for s in DETECTED)
     missed = {name: status for name, status in sorted(statuses.items()) if status not in DETECTED}
@@ -53,6 +59,8 @@ def report(statuses: dict[str, str], equivalent: dict[str, str]) -> list[str]:
         if name in statuses and name not in missed
     ]
     lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    if unfinished:
+        lines.append(f"{unfinished} more not checked yet: make mutation goes on with them")
     lines.append(f"killed {detected} of {len(statuses)} mutants ({100 * detected / len(statuses):.1f}%)")
     changing = len(statuses) - sum(name in equivalent for name in missed)
     lines.append(

@@ -1,5 +1,6 @@
 """scripts/mutation_summary.py: the kill rate `make mutation` reports, with the survivors judged equivalent
-(docs/mutation.md) left out of the behaviour-changing count, and a stale judgement reported."""
+(docs/mutation.md) left out of the behaviour-changing count, a stale judgement reported, and the mutants a
+stopped run did not reach counted apart."""
 
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ def test_kill_rates_over_all_mutants_and_over_those_that_change_behaviour(summar
     assert any(line.strip().startswith("stale  pkg.mod.x_f__mutmut_3") for line in lines)
     assert lines[-2] == "killed 17 of 19 mutants (89.5%)"  # a timeout counts as killed
     assert lines[-1] == "killed 17 of the 18 that change behaviour (94.4%; 1 judged equivalent)"
+
+
+def test_a_stopped_run_rates_what_it_checked_and_counts_the_rest_apart(summary) -> None:
+    statuses = {"pkg.mod.x_f__mutmut_1": "killed", "pkg.mod.x_f__mutmut_2": "survived"}
+    statuses |= {"pkg.mod.x_g__mutmut_1": "not checked", "pkg.mod.x_g__mutmut_2": "check was interrupted by user"}
+    lines = summary["report"](statuses, {})
+    assert lines == [
+        "    survived  pkg.mod.x_f__mutmut_2",
+        "1 killed, 1 survived",
+        "2 more not checked yet: make mutation goes on with them",
+        "killed 1 of 2 mutants (50.0%)",
+        "killed 1 of the 2 that change behaviour (50.0%; 0 judged equivalent)",
+    ]
+    unchecked = {name: "not checked" for name in statuses}
+    assert summary["report"](unchecked, {}) == ["none of the 4 mutants checked yet: run make mutation"]
 
 
 def test_mutmuts_results_are_read_from_its_meta_files(summary, tmp_path) -> None:

@@ -8,7 +8,7 @@ import struct
 import pytest
 import torch
 
-from vitladder.data.augment import normalize
+from vitladder.data.augment import normalize, random_crop, random_flip
 from vitladder.data.device_batches import DeviceBatches, stream_seed
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 
@@ -219,6 +219,18 @@ def test_an_epochs_order_is_the_seeds_order_stream_and_no_other() -> None:
     expected = torch.randperm(20, generator=torch.Generator().manual_seed(stream_seed(9, 2, "order")))
     assert torch.equal(batches.indices(2), expected)
     assert not torch.equal(batches.indices(3), expected)
+
+
+def test_an_epochs_crops_and_flips_are_the_seeds_augment_stream_for_its_rank_and_no_other() -> None:
+    images, labels = dataset(12)
+    batches = DeviceBatches(
+        images, labels, 6, shuffle=False, augment=True, seed=9, rank=1, world_size=2, stats=CIFAR10_STATS
+    )
+    batches.set_epoch(2)
+    x, y = next(iter(batches))  # rank 1's share: images 1, 3, ..., 11
+    generator = torch.Generator().manual_seed(stream_seed(9, 2, "augment", 1))
+    expected = random_flip(random_crop(images[y], 4, generator), generator)
+    assert torch.equal(x, normalize(expected, CIFAR10_STATS.mean, CIFAR10_STATS.std))
 
 
 def test_the_order_is_drawn_on_the_cpu_whatever_the_device_then_moved_there(monkeypatch) -> None:

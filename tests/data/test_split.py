@@ -235,3 +235,23 @@ def test_the_global_batch_is_shared_evenly_by_the_devices() -> None:
     )
     with pytest.raises(UserError, match="e.g. data.batch_size=3"):
         per_device_batch(0, 3)
+
+
+def test_under_mixup_cutmix_each_device_gets_an_even_batch_or_a_batch_that_does_is_suggested() -> None:
+    # timm's Mixup pairs every image with another of its batch and asserts an even batch.
+    assert per_device_batch(512, 4, even=True) == 128 and per_device_batch(510, 6) == 85
+    with pytest.raises(UserError) as odd:
+        per_device_batch(510, 6, even=True)
+    assert str(odd.value) == (
+        "data.batch_size=510 gives 85 images per device on 6 devices, and MixUp/CutMix needs an even batch: "
+        "choose a multiple of 12, e.g. data.batch_size=504"
+    )
+    with pytest.raises(UserError) as odd:
+        per_device_batch(512, 6, even=True)  # 510, the suggestion without mixing, would be odd per device
+    assert str(odd.value) == (
+        "data.batch_size=512 is the global batch and must split evenly over 6 devices into even batches "
+        "(MixUp/CutMix): choose a multiple of 12, e.g. data.batch_size=504"
+    )
+    for batch in (63, 1):  # one device: the batch itself must be even
+        with pytest.raises(UserError, match=rf"^data.batch_size={batch} gives {batch} images per device, and MixUp"):
+            per_device_batch(batch, 1, even=True)

@@ -172,21 +172,6 @@ def test_the_global_batch_splits_over_the_devices_or_fails_clearly():
     assert "data.batch_size=512" in message and "3 devices" in message and "data.batch_size=510" in message
 
 
-def test_under_mixup_cutmix_each_device_gets_an_even_batch_or_a_batch_that_does_is_suggested():
-    # timm's Mixup pairs every image with another of its batch and asserts an even batch.
-    assert per_device_batch(512, 4, even=True) == 128 and per_device_batch(510, 6) == 85
-    with pytest.raises(UserError) as odd:
-        per_device_batch(510, 6, even=True)
-    assert str(odd.value) == (
-        "data.batch_size=510 gives 85 images per device on 6 devices, and MixUp/CutMix needs an even batch: "
-        "choose a multiple of 12, e.g. data.batch_size=504"
-    )
-    with pytest.raises(UserError, match=r"over 6 devices into even batches .*of 12, e.g. data.batch_size=504$"):
-        per_device_batch(512, 6, even=True)  # 510, the suggestion without mixing, would be odd per device
-    with pytest.raises(UserError, match=r"^data.batch_size=63 gives 63 images per device, and MixUp.*=62$"):
-        per_device_batch(63, 1, even=True)
-
-
 @pytest.mark.parametrize("rung, devices, batch", [("mixup_cutmix", 6, 510), ("epochs200", 1, 63)])
 def test_an_odd_batch_per_device_under_mixup_fails_before_anything_is_written(tiny_cfg, tmp_path, rung, devices, batch):
     cfg = tiny_cfg(rung, "trainer.accelerator=cpu", f"trainer.devices={devices}", f"data.batch_size={batch}")
