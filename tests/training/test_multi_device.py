@@ -164,14 +164,6 @@ def test_ddp_keeps_the_recipe_draws_per_rank_and_counts_every_image_once(repo_ro
     assert summary["test_acc"] == pytest.approx(test_acc, abs=1e-6)
 
 
-def test_the_global_batch_splits_over_the_devices_or_fails_clearly():
-    assert per_device_batch(512, 1) == 512 and per_device_batch(512, 4) == 128
-    with pytest.raises(UserError) as info:
-        per_device_batch(512, 3)
-    message = str(info.value)
-    assert "data.batch_size=512" in message and "3 devices" in message and "data.batch_size=510" in message
-
-
 @pytest.mark.parametrize("rung, devices, batch", [("mixup_cutmix", 6, 510), ("epochs200", 1, 63)])
 def test_an_odd_batch_per_device_under_mixup_fails_before_anything_is_written(tiny_cfg, tmp_path, rung, devices, batch):
     cfg = tiny_cfg(rung, "trainer.accelerator=cpu", f"trainer.devices={devices}", f"data.batch_size={batch}")
