@@ -93,3 +93,6 @@ def test_evaluation_takes_batches_of_its_own_size_shared_over_the_devices(tmp_pa
     dm.trainer = SimpleNamespace(global_rank=0, world_size=3)  # an odd share is fine: nothing mixes here
     val, test = dm.val_dataloader(), dm.test_dataloader()
     assert (val.batch_size, test.batch_size) == (8, 8)
+    dm = datamodule("patch8", tmp_path, "data.eval_batch_size=2")
+    dm.trainer = SimpleNamespace(global_rank=2, world_size=3)  # fewer images a batch than devices
+    assert dm.val_dataloader().batch_size == 1, "each device takes batches of one, not of none"

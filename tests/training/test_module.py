@@ -92,6 +92,14 @@ def test_the_schedule_spans_the_optimizer_steps_that_train(tiny_cfg, accumulate)
     assert lrs[-1] == pytest.approx(optim.min_lr) and lrs[-2] > 1.01 * optim.min_lr, "min_lr on the last step only"
 
 
+def test_a_schedule_of_two_steps_trains_at_lr_then_at_min_lr(tiny_cfg):
+    # The shortest cosine: one step after the first, so the second is its end (not its middle).
+    cfg = tiny_cfg("patch8", "profile.epoch_scale=0.001")  # one epoch, no warmup
+    recorder = RecordStepLR()
+    fit(cfg, module_for(cfg), max_epochs=1, limit_train_batches=2, limit_val_batches=0, callbacks=[recorder])
+    assert recorder.lrs == [pytest.approx(cfg.optim.lr), pytest.approx(cfg.optim.min_lr)]
+
+
 def test_nan_loss_stops_with_a_clear_message(tiny_cfg):
     cfg = tiny_cfg("patch8", "optim.lr=1e30")
     module = module_for(cfg)
