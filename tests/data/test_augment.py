@@ -88,5 +88,5 @@ def test_normalize_values() -> None:
     assert torch.allclose(out[2, :, 1, 1], (128 / 255 - mean) / std, atol=1e-5)
     custom = normalize(images, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     assert torch.allclose(custom[:, 0, 0, 0], torch.tensor([-1.0, 1.0, 128 / 127.5 - 1]), atol=1e-5)
-    with pytest.raises(TypeError):
-        normalize(images.float(), CIFAR10_STATS.mean, CIFAR10_STATS.std)
+    with pytest.raises(TypeError, match=r"^normalize expects uint8 images, got torch\.float32$"):
+        normalize(images.float(), CIFAR10_STATS.mean, CIFAR10_STATS.std)  # normalised twice: the caller's mistake

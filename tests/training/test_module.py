@@ -5,9 +5,11 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.loggers import Logger
 from run_helpers import fit, module_for
 
 from vitladder.config import rung_names
+from vitladder.data.datamodule import ImageDataModule
 from vitladder.training.module import TrainingDiverged
 
 
@@ -98,6 +100,40 @@ def test_a_schedule_of_two_steps_trains_at_lr_then_at_min_lr(tiny_cfg):
     recorder = RecordStepLR()
     fit(cfg, module_for(cfg), max_epochs=1, limit_train_batches=2, limit_val_batches=0, callbacks=[recorder])
     assert recorder.lrs == [pytest.approx(cfg.optim.lr), pytest.approx(cfg.optim.min_lr)]
+
+
+class RecordHparams(Logger):
+    """A logger that keeps what Lightning hands its log_hyperparams."""
+
+    name, version = "record", 0
+
+    def __init__(self):
+        super().__init__()
+        self.logged = []
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        self.logged.append(dict(params))
+
+    def log_metrics(self, metrics, step=None):
+        pass
+
+
+def test_the_modules_arguments_stay_out_of_the_loggers(tiny_cfg):
+    # The loggers' config is the run's resolved config (W&B: vitladder.wandb.run), not the module's arguments.
+    cfg, recorder = tiny_cfg("patch8"), RecordHparams()
+    module = module_for(cfg)
+    assert module.hparams["optim"]["lr"] == cfg.optim.lr, "the checkpoint keeps them"
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=recorder,
+        max_steps=1,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
+    assert trainer.global_step == 1 and not any("optim" in params for params in recorder.logged), recorder.logged
 
 
 def test_nan_loss_stops_with_a_clear_message(tiny_cfg):

@@ -221,7 +221,10 @@ def test_the_schedule_warms_up_then_decays_by_cosine_to_min_lr_per_step(warmup_e
     trainer = attach_trainer(module, batches=10)  # 10 steps an epoch, 40 in all
     configured = module.configure_optimizers()
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
-    assert configured["lr_scheduler"]["interval"] == "step" and not module.hparams.compile  # compile: off unless asked
+    assert configured["lr_scheduler"]["interval"] == "step"
+    # Off unless asked (build_module passes the run's choices): compile, fused AdamW; and seed 0.
+    assert not module.hparams.compile and module.hparams.seed == 0
+    assert not module.hparams.fused_adamw and not any(group["fused"] for group in optimizer.param_groups)
     assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
     for step in range(45):
         trainer.global_step = step
