@@ -24,17 +24,11 @@ from vitladder.safe_load import load_checkpoint_file
 
 
 def fit(cfg, module: L.LightningModule, callbacks=(), **trainer_kwargs) -> L.Trainer:
-    """Fit ``module`` on ``cfg``'s data with a quiet CPU Trainer (no logger, checkpoints or sanity steps)."""
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-        **trainer_kwargs,
-    )
+    """Fit ``module`` on ``cfg``'s data with a quiet CPU Trainer (no logger unless given, no checkpoints or sanity
+    steps)."""
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+    quiet |= {"enable_model_summary": False, "num_sanity_val_steps": 0}
+    trainer = L.Trainer(accelerator="cpu", callbacks=list(callbacks), **(quiet | trainer_kwargs))
     trainer.fit(module, datamodule=ImageDataModule(cfg.data, seed=int(cfg.seed)))
     return trainer
 
