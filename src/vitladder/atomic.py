@@ -28,7 +28,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # 0o666 less the umask, as open() gives
+    tmp.touch(exist_ok=False)  # the name reserved (O_EXCL), with open()'s permissions
     try:
         yield tmp
         fsync(tmp)  # the data is on disk before the name points at it

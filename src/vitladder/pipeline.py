@@ -13,10 +13,8 @@ from vitladder.training import run
 
 def rung_analysis(cfg: DictConfig, paths: RunPaths, data: ImageDataModule) -> AttentionAnalysis:
     """The rung's configured probes (the ``analysis:`` block): tracked during training, run after it."""
-    analysis, patch_px, seed = cfg.analysis, int(cfg.model.patch_size), int(cfg.seed)
-    return AttentionAnalysis.from_config(
-        analysis, out_dir=paths.analysis, rung=cfg.rung, patch_px=patch_px, seed=seed, data=data
-    )
+    patch_px, seed = int(cfg.model.patch_size), int(cfg.seed)
+    return AttentionAnalysis.from_config(cfg.analysis, paths.analysis, cfg.rung, patch_px, seed=seed, data=data)
 
 
 def train_rung(cfg: DictConfig, overrides: list[str] | None = None) -> dict:

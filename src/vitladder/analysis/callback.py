@@ -79,14 +79,13 @@ class AttentionAnalysis(L.Callback):
 
     def analyse(
         self, model: nn.Module, images: Tensor, labels: Tensor, stats: ChannelStats, classes: Sequence[str] | None
-    ) -> dict[str, Path]:
+    ) -> None:
         """Every probe on ``images`` ``(N, 3, S, S)`` uint8 with ``labels``, written to ``out_dir`` (scripts/analyze.py
-        calls this too): sets ``results``, ``files`` and ``scalars``; returns the files."""
+        calls this too): sets ``results``, ``files`` and ``scalars``."""
         ctx = self.context(images.shape[-1], stats, classes)
         self.results = run_probes(model, images, labels, ctx, self.probes)
         self.files = write_results(self.results, self.out_dir)
         self.scalars = done_scalars(self.results, len(images))
-        return self.files
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": [dict(r) for r in self.history]}

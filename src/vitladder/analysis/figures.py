@@ -23,17 +23,16 @@ from vitladder.analysis.metrics import declared, patch_distances
 from vitladder.analysis.summary import ExampleAttention
 from vitladder.atomic import atomic_path
 
-CMAP = "inferno"
 PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 EXPLAINER_GRID, EXPLAINER_PATCH, EXPLAINER_PATCH_PX = 8, (2, 3), 4  # the query patch: (row, column)
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # name (e.g. a rung) -> its points (x, y)
 
 
-def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     """Render ``fig`` to a PNG at ``path`` atomically, the texts drawn then (tick labels) plain too."""
     FigureCanvasAgg(fig)
     with rc_context(PLAIN_TEXT), atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     return Path(path)
 
 
@@ -59,7 +58,7 @@ def plot_heads(values: np.ndarray, uniform: float | None, ylabel: str, title: st
 def _show_map(ax, values: np.ndarray, grid: int) -> None:
     """One attention map on its grid, scaled to its own maximum."""
     grid_map = np.asarray(values, dtype=float).reshape(grid, grid)
-    ax.imshow(grid_map, cmap=CMAP, vmin=0.0, vmax=max(float(grid_map.max()), 1e-12))
+    ax.imshow(grid_map, cmap="inferno", vmin=0.0, vmax=max(float(grid_map.max()), 1e-12))
     ax.set(xticks=[], yticks=[])
 
 
@@ -127,10 +126,6 @@ def plot_explainer() -> Figure:
         fontsize=10,
     )
     return fig
-
-
-def layer_colors(num_layers: int) -> list:
-    return [colormaps["viridis"](i / max(num_layers - 1, 1)) for i in range(num_layers)]
 
 
 def plot_tracking(history: Sequence[Mapping[str, float]], uniform: Mapping[str, float], title: str) -> Figure:

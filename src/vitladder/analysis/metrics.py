@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -105,7 +105,7 @@ def uniform_distance(grid: int, patch_px: float) -> float:
 # --- the per-head metrics, declared once -------------------------------------------------------
 
 Shown = Literal["csv", "wandb", "report", "figures"]
-SHOWN = ("csv", "wandb", "report", "figures")  # each level adds to the one before it
+SHOWN = get_args(Shown)  # each level adds to the one before it
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,6 @@ def history_rows(rows: Iterable[Mapping], prefix: str = "") -> list[dict]:
         for key, value in row.items():
             if key in ("epoch", "layer") or value in (None, "") or not key.startswith(prefix):
                 continue
-            name = key[len(prefix) :]
+            name = key.removeprefix(prefix)
             values[name if layer is None else f"layer{int(layer)}/{LEGACY_COLUMNS.get(name, name)}"] = float(value)
     return [row for _, row in sorted(merged.items()) if len(row) > 1]

@@ -94,7 +94,7 @@ def attention_payload(model: torch.nn.Module, images_u8: Tensor, labels: Tensor,
     attn = torch.stack(maps, dim=1)  # (B, L, H, T, T)
     attn = torch.cat([attn, attn.mean(dim=2, keepdim=True)], dim=2)  # (B, L, H + 1, T, T)
     codes, scale = quantise_rows(attn[..., 1:])  # (B, L, H + 1, T, N), (B, L, H + 1, T)
-    to_cls = torch.round(attn[..., 0].clamp(0, 1) * 255).to(torch.uint8)  # (B, L, H + 1, T)
+    to_cls = quantise_range(attn[..., 0], 0.0, 1.0)  # (B, L, H + 1, T)
     rollout_codes, rollout_scale = quantise_rows(attention_rollout(maps))  # (B, N), (B,)
     probs = logits.softmax(dim=-1)  # (B, C)
     pixels = images_u8.permute(0, 2, 3, 1)  # (B, S, S, 3) RGB rows, as ImageData wants them

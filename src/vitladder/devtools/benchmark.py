@@ -306,7 +306,7 @@ def time_probes(
     return medians, medians.pop("forward")
 
 
-def bench_width(s: BenchSettings, folder: Path, log: Log = print) -> dict:
+def bench_width(s: BenchSettings, folder: Path, log: Log) -> dict:
     """Every figure for one width, the per-round values beside their medians; ``folder``: where the checkpoint is
     written (the disk a run's last.ckpt goes to)."""
     cfg = bench_config(s)

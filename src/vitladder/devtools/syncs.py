@@ -88,9 +88,7 @@ class HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self._on:
             name = str(func.overloadpacket)
-            masked = name in MASKED and any(
-                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None
-            )
+            masked = name in MASKED and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1])
             if (name in SYNCS or masked) and self._counts(args[0] if args else None):
                 self.seen[name] += 1
         return func(*args, **(kwargs or {}))

@@ -67,8 +67,7 @@ def vit_config_from_dict(raw: object) -> ViTConfig:
     """A checked ViTConfig from a checkpoint's dict (integers where the network needs them)."""
     if not isinstance(raw, dict):
         raise ValueError(f"vit_config is a {type(raw).__name__}, not a dict")
-    unknown = sorted(str(key) for key in set(raw) - {f.name for f in fields(ViTConfig)})
-    if unknown:
+    if unknown := sorted(str(key) for key in set(raw) - {f.name for f in fields(ViTConfig)}):
         raise ValueError(f"vit_config has unknown keys {unknown[:5]}")
     for key in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "img_size"):
         if key in raw and (not isinstance(raw[key], int) or isinstance(raw[key], bool)):

@@ -52,8 +52,8 @@ def probe_layers(results: list[RungResult]) -> tuple[ByLayer, ...]:
 
 
 def ladder_columns(results: list[RungResult]) -> tuple[str, ...]:
-    """ladder.csv's numbers (done.json's names); the CSV then adds setting.SETTING_COLUMNS."""
-    return ("rung", "test_acc", *(column.key for column in probe_columns(results)))
+    """ladder.csv's numbers (done.json's names), after its rung; the CSV then adds setting.SETTING_COLUMNS."""
+    return ("test_acc", *(column.key for column in probe_columns(results)))
 
 
 def figures(results: list[RungResult]) -> tuple[str, ...]:
@@ -301,7 +301,7 @@ def build_report(ladder_dir: str | Path) -> Path:
     """Write report.md, ladder.csv and the charts for the finished rungs of ``ladder_dir``; returns report.md."""
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
-    keys = ladder_columns(results)[1:]
+    keys = ladder_columns(results)
     csv_columns = ["rung", *keys, *SETTING_COLUMNS]
     if any(len(r.runs) > 1 for r in results):  # several seeds: the intervals
         ci = ["test_acc", *(column.key for column in probe_columns(results) if column.ci)]

@@ -57,7 +57,7 @@ def report_tables(results: list[RungResult]) -> dict[str, tuple[list[str], list[
     """{table name: (columns, rows)}: ladder (per rung, every rung of the ladder, with the reference), runs (per
     run), layers (per rung and layer, mean over seeds: each per-layer value of the probes) and the long tables of
     the by-rung charts."""
-    by_rung, keys = {r.rung: r for r in results}, ladder_columns(results)[1:]
+    by_rung, keys = {r.rung: r for r in results}, ladder_columns(results)
     every_rung = [by_rung.get(rung, RungResult(rung, [])) for rung in rung_names()]  # not finished: no runs
     referenced = [f.name for f in fields(ReferenceFigures)]
     per_rung = ["rung", "rung_index", "seeds", "n_seeds", "adds"]
@@ -130,7 +130,7 @@ def log_report_to_wandb(
     ladder_dir = Path(ladder_dir)
     results = collect(ladder_dir)
     logged_project, _, logged_ladder = wandb_names(results, ladder_dir)
-    keys = ladder_columns(results)[1:]
+    keys = ladder_columns(results)
     summary = {f"report/{r.rung}/{key}": mean for r in results for key in keys if (mean := r.stats(key)[0]) is not None}
     return log_report_run(
         ladder_dir,

@@ -70,7 +70,7 @@ def differences(done: Mapping, reference_epochs: int | None) -> list[str]:
     return words
 
 
-def setting_row(runs: list[Mapping], reference_epochs: int | None, number: str = "{:,}") -> dict[str, str]:
+def setting_row(runs: list[Mapping], reference_epochs: int | None, number: str) -> dict[str, str]:
     """SETTING_COLUMNS for a rung's runs (their done.json), as text: one value, or each seed's apart (``a / b``);
     counts formatted with ``number`` (``"{}"`` for a CSV)."""
 

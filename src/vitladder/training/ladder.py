@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -23,7 +23,7 @@ class PlannedRun:
     rung: str
     seed: int
     cfg: DictConfig
-    overrides: list[str] = field(default_factory=list)  # what train.py would be given: kept in the run folder
+    overrides: list[str]  # what train.py would be given: kept in the run folder
 
     @property
     def run_dir(self) -> Path:

@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from vitladder.atomic import atomic_path
+from vitladder.run_folder import RunPaths
 
 
 def read_rows(path: Path) -> tuple[list[str], list[dict]]:
@@ -39,7 +40,7 @@ class MetricsLogger(Logger):
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__()
-        self.path = Path(run_dir) / "metrics.csv"
+        self.path = RunPaths(run_dir).metrics_csv
         self.columns: list[str] | None = None  # read at the first save, by the process that writes: rank 0
         self.rows: list[dict] = []
         self.unsaved: list[dict] = []

@@ -152,7 +152,7 @@ def _read(load, path: Path) -> dict | None:
 def replaces_old_run(cfg: DictConfig) -> bool:
     """Whether cfg's run folder holds a finished or interrupted run of another recipe, to be moved aside
     (overwrite=true; without it a UserError). A fresh folder or the same recipe: False."""
-    paths = RunPaths(Path(cfg.run_dir))
+    paths = RunPaths(cfg.run_dir)
     finished = paths.done.exists()
     if not (finished or paths.last_ckpt.exists()):
         return False  # nothing trained there to reuse

@@ -10,7 +10,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.strategies import StrategyRegistry
@@ -161,7 +160,7 @@ def resume_checkpoint(paths: RunPaths) -> str | None:
 def train_rung(cfg: DictConfig, overrides: list[str] | None = None, *, make_analysis: Analysis) -> dict:
     """Trains, tests, analyses (with the callback ``make_analysis`` builds) and saves one rung; returns its summary.
     `overrides`: the command-line overrides that made cfg, kept in the run folder."""
-    paths = RunPaths(Path(cfg.run_dir))
+    paths = RunPaths(cfg.run_dir)
     replace = replaces_old_run(cfg)
     if paths.done.exists() and not replace:
         return read_summary(paths.root)

@@ -38,7 +38,7 @@ def rung_artifact(kind: str, path: Path, ladder: str, rung: str, seed: int, meta
     if Path(path).is_dir():
         artifact.add_dir(str(path))
     else:
-        artifact.add_file(str(path), name=Path(path).name)
+        artifact.add_file(str(path))
     return artifact
 
 
@@ -68,7 +68,7 @@ def run_artifacts(ladder: str, runs: Iterable[tuple[str, int, Path]]) -> list:
     the versions the rung runs logged (a re-analysis logs the new folder), so W&B finds those."""
     artifacts = []
     for rung, seed, folder in runs:
-        for kind, path in (("model", final_model(folder)), ("analysis", RunPaths(Path(folder)).analysis)):
+        for kind, path in (("model", final_model(folder)), ("analysis", RunPaths(folder).analysis)):
             if path is not None and path.exists():
                 artifacts.append(rung_artifact(kind, path, ladder, rung, seed))
     return artifacts

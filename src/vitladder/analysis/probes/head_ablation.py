@@ -19,14 +19,14 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from matplotlib import rc_context
+from matplotlib import colormaps, rc_context
 from matplotlib.figure import Figure
 from timm.layers.attention import Attention
 from torch import Tensor, nn
 
 from vitladder.analysis.capture import evaluating
 from vitladder.analysis.correlation import spearman
-from vitladder.analysis.figures import PLAIN_TEXT, layer_colors
+from vitladder.analysis.figures import PLAIN_TEXT
 from vitladder.analysis.probes import Chart, Column, Context, Result
 from vitladder.analysis.summary import analyse, model_inputs
 
@@ -281,12 +281,10 @@ def head_ablation(
     for mode in MODES:
         for k in sorted({a.size for a in plan if a.group == "most_local" and a.mode == mode}):
             scalars[f"ablation_{mode}_most_local_{k}_drop_pts"] = float(drops("most_local", mode, k)[0])
-            random = drops("random", mode, k)
+            random, key = drops("random", mode, k), f"ablation_{mode}_random_{k}_drop_pts"
             if len(random):
-                scalars[f"ablation_{mode}_random_{k}_drop_pts_mean"] = float(random.mean())
-                scalars[f"ablation_{mode}_random_{k}_drop_pts_std"] = (
-                    float(random.std()) if len(random) > 1 else float("nan")
-                )
+                scalars[f"{key}_mean"] = float(random.mean())
+                scalars[f"{key}_std"] = float(random.std()) if len(random) > 1 else float("nan")
             scalars[f"ablation_{mode}_least_local_{k}_drop_pts"] = float(drops("least_local", mode, k)[0])
         single = [i for i, a in enumerate(plan) if a.group == "head" and a.mode == mode]
         rho = bootstrap_spearman(distance.flatten(), outcomes.clean_correct, outcomes.correct[single], resamples, seed)
@@ -301,10 +299,10 @@ def plot_ablation(rows: list[dict], scalars: dict[str, float], mode: Mode, num_i
     num_layers = 1 + max(row["layer"] for row in single)
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    for layer, color in enumerate(layer_colors(num_layers)):
+    for layer in range(num_layers):
         mine = [row for row in single if row["layer"] == layer]
         x, y = [row["distance_px"] for row in mine], [row["accuracy_drop_pts"] for row in mine]
-        ax.scatter(x, y, s=22, color=color, label=f"layer {layer}")
+        ax.scatter(x, y, s=22, color=colormaps["viridis"](layer / max(num_layers - 1, 1)), label=f"layer {layer}")
     ax.axhline(0.0, color="gray", lw=0.8)
     rho, low, high = (scalars[key] for key in spearman_keys(mode))
     heading = f"{mode} ablation: Spearman {rho:+.2f} (95% CI {low:+.2f} to {high:+.2f}), {num_images} images"

@@ -7,7 +7,6 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import MISSING, DictConfig
 
@@ -59,5 +58,5 @@ def load_cifar10(root: str | Path) -> ImageSplits:
         socket.setdefaulttimeout(previous_timeout)
     tensors = []
     for ds in (train, test):  # HWC uint8 images -> (N, 3, 32, 32), and (N,) int64 labels
-        tensors += [torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))), torch.tensor(ds.targets)]
+        tensors += [torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)]
     return ImageSplits(*tensors, tuple(train.classes), official_test_order=True, stats=STATS, origin=OFFICIAL_CIFAR10)
