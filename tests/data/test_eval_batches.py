@@ -11,6 +11,7 @@ import torch
 from vitladder.config import compose_rung
 from vitladder.data.augment import normalize
 from vitladder.data.datamodule import ImageDataModule
+from vitladder.errors import UserError
 
 
 def datamodule(rung: str, tmp_path, *overrides: str) -> ImageDataModule:
@@ -96,3 +97,30 @@ def test_evaluation_takes_batches_of_its_own_size_shared_over_the_devices(tmp_pa
     dm = datamodule("patch8", tmp_path, "data.eval_batch_size=2")
     dm.trainer = SimpleNamespace(global_rank=2, world_size=3)  # fewer images a batch than devices
     assert dm.val_dataloader().batch_size == 1, "each device takes batches of one, not of none"
+
+
+def test_a_batch_as_large_as_the_training_split_is_one_step_and_a_larger_one_is_refused(tmp_path) -> None:
+    dm = datamodule("patch8", tmp_path, "data.batch_size=60")  # 90 images, 30 held out: 60 train
+    assert dm.steps_per_epoch == 1 and [len(labels) for _, labels in dm.train_dataloader()] == [60]
+    with pytest.raises(UserError) as refused:  # drop_last would leave no training batch at all
+        datamodule("patch8", tmp_path, "data.batch_size=61")
+    assert str(refused.value) == (
+        "data.batch_size=61 is larger than the training split (60 images): lower data.batch_size"
+    )
+
+
+def test_a_datamodule_given_no_seed_takes_the_configs_default_seed(tmp_path) -> None:
+    cfg = compose_rung("patch8", ["profile=smoke", f"output_root={tmp_path}"])
+    assert ImageDataModule(cfg.data).seed == cfg.seed == 0
+
+
+def test_setup_puts_every_split_on_the_trainers_device(tmp_path) -> None:
+    def devices(dm: ImageDataModule) -> set[str]:
+        return {t.device.type for split in (dm.train, dm.val, dm.test) for t in (split.images, split.labels)}
+
+    dm = datamodule("patch8", tmp_path)  # set up before the trainer exists, as run.py does: on the host
+    assert devices(dm) == {"cpu"}
+    # The meta device stands in for a GPU: the splits must move to whatever device the trainer's strategy holds.
+    dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")))
+    dm.setup("fit")
+    assert devices(dm) == {"meta"}
