@@ -233,12 +233,20 @@ def test_every_trainer_argument_is_in_the_schema_with_lightnings_default():
         ),
         (["model.embed_dim=50"], "model.embed_dim=50 is not valid: it must be a multiple of model.num_heads=6"),
         (["trainer.max_epochs=null"], "trainer.max_epochs=null is not valid: trainer.max_epochs must be at least 1"),
+        (["+zzzzzz=1"], "zzzzzz: no such key; the top level has analysis, checkpoint, data, ladder, loss, mixup"),
+        (["optim=3"], "optim='3' is not valid: optim takes a block of keys, e.g. optim.epochs=..."),
     ],
 )
 def test_a_bad_override_is_one_line_naming_the_key(overrides, message):
     with pytest.raises(UserError) as error:
         compose_rung("warmup", overrides)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_wrong_type_gives_no_example_when_the_other_overrides_do_not_compose_either():
+    with pytest.raises(UserError) as error:
+        compose_rung("warmup", ["model.patch_size=1.5", "optim.lrr=1"])
+    assert str(error.value) == "model.patch_size='1.5' is not valid: model.patch_size takes an integer"
 
 
 @pytest.mark.parametrize("source", ["cifar10", "imagefolder", "synthetic"])

@@ -90,6 +90,14 @@ def test_a_ladder_that_is_not_one_chain_is_one_line_saying_what_to_fix(tmp_path,
         ("rung: b\nrung_info: {a: {description: x}}\n", r"a.yaml: rung: b must be the file's name, rung: a"),
         ("rung: a\nrung_info: {a: {description: x, reference: {test_acc: high}}}\n", r"a.yaml: .*test_acc"),
         ("rung: a\nrung_info: {a: {description: x, figures: 1}}\n", r"a.yaml: .*figures"),
+        (
+            "defaults: epochs200\nrung: a\nrung_info: {a: {description: x}}\n",
+            r"a.yaml: defaults must be a list, e.g. defaults: \[epochs200, _self_\]$",
+        ),
+        (
+            "defaults: [b, /step/c@_here_, _self_]\nrung: a\nrung_info: {a: {description: x}}\n",
+            r"a.yaml: defaults name 2 rungs \(b, c\); a rung builds on one$",
+        ),
     ],
 )
 def test_a_malformed_rung_file_is_one_line_naming_it(tmp_path, text, message):

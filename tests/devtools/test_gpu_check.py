@@ -428,3 +428,61 @@ def test_the_check_never_reads_as_the_articles_table() -> None:
     assert "The article's setting: its figures, 92.9% and 8.1 px after 200 epochs, compare directly." in markdown(
         whole, "report.md"
     )
+
+
+@pytest.fixture
+def fake_timings(monkeypatch):
+    """gpu_check.benchmark with the timings faked: a step of 10 ms eager, and compiled either 5 ms or the error
+    ``failures["compiled"]``; no data loaded."""
+    failures: dict[str, Exception] = {}
+
+    def time_project(cfg, datamodule, s):
+        name = "compiled" if cfg.speed.compile else "eager"
+        if name in failures:
+            raise failures[name]
+        return 0.005 if cfg.speed.compile else 0.010
+
+    splits = type(
+        "Splits", (), {"train": type("Split", (), {"labels": [0] * 40}), "val": type("Split", (), {"labels": [0] * 8})}
+    )
+    loop = {"host_syncs_per_step": {"train": 0, "eval": 0}, "cuda_syncs_per_step": None}
+    monkeypatch.setattr(gpu_check, "bench_data", lambda cfg, s: splits)
+    monkeypatch.setattr(gpu_check, "time_project", time_project)
+    monkeypatch.setattr(
+        gpu_check, "time_loop_costs", lambda *args: {**loop, "checkpoint_s": 0.1, "checkpoint_mib": 1.0}
+    )
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: f"/usr/bin/{name}")
+    return failures
+
+
+def skipped_settings(options: CheckOptions, left_s: float) -> tuple[list[str], dict[str, str]]:
+    measured, skipped, _, images = gpu_check.benchmark(options, lambda: left_s, "cpu", log=lambda _: None)
+    assert images == (40, 8)
+    return sorted(measured), skipped
+
+
+def test_compiling_is_skipped_with_its_reason_and_the_eager_step_still_measured(fake_timings, monkeypatch, tmp_path):
+    options = CheckOptions(out=tmp_path, budget_s=100, smoke=True)
+    assert skipped_settings(options, 100) == (["compiled", "eager"], {})
+    assert skipped_settings(options, 39) == (["eager"], {"compiled": "39 s left of the budget: no time to compile"})
+    fake_timings["compiled"] = RuntimeError("inductor broke\nits long log")
+    assert skipped_settings(options, 100) == (["eager"], {"compiled": "failed: RuntimeError: inductor broke"})
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
+    assert skipped_settings(options, 100) == (["eager"], {"compiled": "no C++ compiler for inductor's CPU kernels"})
+
+
+def test_the_last_settings_failure_is_raised_when_no_other_was_measured(fake_timings, monkeypatch, tmp_path):
+    both, compiled = (
+        CheckOptions(out=tmp_path, budget_s=100, smoke=True, settings=settings)
+        for settings in (("compiled", "eager"), ("compiled",))
+    )
+    fake_timings["compiled"] = RuntimeError("inductor broke")
+    with pytest.raises(RuntimeError, match="inductor broke"):
+        skipped_settings(compiled, 100)
+    fake_timings["eager"] = RuntimeError("out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"):  # compiled skipped as failed, eager raised
+        skipped_settings(both, 100)
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
+    with pytest.raises(gpu_check.UserError) as error:
+        skipped_settings(compiled, 100)
+    assert str(error.value) == "no setting could be benchmarked (compiled: no C++ compiler for inductor's CPU kernels)"

@@ -112,6 +112,25 @@ def test_lightning_reads_checkpoints_weights_only_through_the_plugin(tiny_cfg, t
     assert not marker.exists()
 
 
+def test_a_last_ckpt_that_is_no_lightning_checkpoint_is_one_line_on_resume(tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg("patch8", *TINY)
+    paths = RunPaths(Path(cfg.run_dir))
+    paths.last_ckpt.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"weight": torch.zeros(2)}}, paths.last_ckpt)  # e.g. a final model put in its place
+    paths.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))  # an interrupted run of this very recipe
+    with pytest.raises(SystemExit) as exit_info:
+        reports_user_errors(train_rung)(cfg)  # what train.py runs
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert err == f"error: {paths.last_ckpt}: not a Lightning checkpoint (no epoch); {checkpoint_io.RETRAIN}\n"
+    assert not (paths.root / "wandb").exists() and not paths.model.exists() and not paths.done.exists()
+    # Whatever else the file holds instead of Lightning's epoch index: the same error.
+    for state in ([1, 2], {"epoch": None}, {"epoch": "last"}):
+        torch.save(state, tmp_path / "other.ckpt")
+        with pytest.raises(CheckpointError, match=r"other\.ckpt: not a Lightning checkpoint \(no epoch\); delete it"):
+            checkpoint_epoch(tmp_path / "other.ckpt")
+
+
 def saved_epochs(tmp_path, monkeypatch, min_interval_s: float, epoch_s: float, stop_after: int | None = None):
     """The epochs (epochs trained) a 7-epoch fit saves last.ckpt after, its epochs taking ``epoch_s`` each."""
     clock = FakeClock(epoch_s)

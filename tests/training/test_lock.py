@@ -3,6 +3,7 @@ touches nothing; the lock of a killed holder is taken over."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,8 +14,11 @@ import pytest
 from entry_points import load_script
 from tiny_data import tiny_data
 
+from vitladder.data.datamodule import ImageDataModule
+from vitladder.errors import UserError
 from vitladder.pipeline import train_rung
-from vitladder.training.recipe import LOCK_FILE, RunLocked, holder_pid, run_lock
+from vitladder.run_folder import RunPaths
+from vitladder.training.recipe import LOCK_FILE, RunLocked, holder_pid, run_lock, write_recipe
 
 TINY = [
     "profile=smoke",
@@ -106,3 +110,49 @@ def test_in_process_a_held_lock_is_refused_at_once_whatever_the_rank(tmp_path, c
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+QUICK = ("model.depth=1", "profile.epoch_scale=0.01", "analysis.enabled=false")  # if it trained: CPU seconds
+
+
+def while_loading_data(monkeypatch, other_process) -> None:
+    """Runs ``other_process()`` once, as the run sets up its data: after the first look at the run folder and
+    before the lock, where another process may finish the rung or replace it."""
+    setup, pending = ImageDataModule.setup, [other_process]
+
+    def setup_then_the_other_process(self, stage=None):
+        setup(self, stage)
+        while pending:
+            pending.pop()()
+
+    monkeypatch.setattr(ImageDataModule, "setup", setup_then_the_other_process)
+
+
+def finish_elsewhere(cfg, summary: dict) -> None:
+    """What a process that trained ``cfg``'s rung leaves: its recipe and done.json (no checkpoint is needed)."""
+    paths = RunPaths(Path(cfg.run_dir))
+    write_recipe(paths, cfg, None)
+    paths.done.write_text(json.dumps(summary))
+
+
+def test_a_rung_another_process_finished_while_this_one_loaded_its_data_is_not_trained_again(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg("patch8", *QUICK)
+    paths = RunPaths(Path(cfg.run_dir))
+    theirs = {"rung": "patch8", "test_acc": 0.25, "by": "the other process"}
+    while_loading_data(monkeypatch, lambda: finish_elsewhere(cfg, theirs))
+    assert train_rung(cfg) == theirs
+    assert json.loads(paths.done.read_text()) == theirs
+    assert not paths.last_ckpt.exists() and not paths.metrics_csv.exists() and not paths.model.exists(), "it trained"
+
+
+def test_a_rung_another_process_replaced_while_this_one_loaded_its_data_stops_with_one_line(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg("patch8", *QUICK, "overwrite=true")  # the folder was empty: nothing to set aside, yet
+    paths = RunPaths(Path(cfg.run_dir))
+    other = tiny_cfg("patch8", *QUICK, "optim.lr=0.5")
+    while_loading_data(monkeypatch, lambda: finish_elsewhere(other, {"by": "the other process"}))
+    with pytest.raises(UserError) as refused:
+        train_rung(cfg)
+    assert str(refused.value) == f"{paths.root} changed while this run loaded its data: run the same command again"
+    assert json.loads(paths.done.read_text()) == {"by": "the other process"}, "the other process's run is kept"
+    assert [p.name for p in paths.root.parent.iterdir()] == ["patch8"], "nothing was set aside"
+    assert not paths.last_ckpt.exists() and not paths.metrics_csv.exists()

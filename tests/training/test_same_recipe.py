@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning
 import pytest
@@ -128,6 +129,23 @@ def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path)
     assert paths.done.is_file() and [p.name for p in paths.root.parent.iterdir()] == ["patch8"]
     set_aside(paths)  # once free, it moves
     assert [p.name.split("-")[0] for p in paths.root.parent.iterdir()] == ["patch8.replaced"]
+
+
+def test_runs_set_aside_in_the_same_second_get_numbered_folders(tmp_path, monkeypatch):
+    from vitladder.training import recipe
+    from vitladder.training.recipe import set_aside
+
+    same_second = SimpleNamespace(strftime=lambda fmt: "20260101-120000")  # every one set aside in the same second
+    monkeypatch.setattr(recipe, "time", same_second)
+    paths = RunPaths(tmp_path / "smoke" / "patch8")
+    for attempt in range(3):
+        paths.root.mkdir(parents=True)
+        paths.done.write_text(json.dumps({"attempt": attempt}))
+        set_aside(paths)
+    assert not paths.root.exists()
+    moved = {p.name: json.loads(RunPaths(p).done.read_text())["attempt"] for p in paths.root.parent.iterdir()}
+    stamp = "patch8.replaced-20260101-120000"
+    assert moved == {stamp: 0, f"{stamp}-2": 1, f"{stamp}-3": 2}, "each old run kept whole, none overwritten"
 
 
 def test_rung_info_is_not_the_recipe(tiny_cfg):

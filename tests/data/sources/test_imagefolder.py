@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vitladder.data import trees
 from vitladder.data.sources import CIFAR10_JPEG, OTHER, ImageSplits, imagefolder
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
 from vitladder.data.sources.imagefolder import load_image_folder
@@ -153,7 +154,7 @@ def test_unwritable_cache_dir_is_a_data_error(tmp_path: Path) -> None:
         load_image_folder(make_tree(tmp_path / "imgs"), tmp_path / "cache")
 
 
-def _raises_data_error(source: Path, cache: Path, *needles: str) -> None:
+def _raises_data_error(source: Path, cache: Path, *needles: str) -> str:
     with pytest.raises(DataError) as info:
         load_image_folder(source, cache)
     message = str(info.value)
@@ -161,6 +162,11 @@ def _raises_data_error(source: Path, cache: Path, *needles: str) -> None:
     assert str(source) in message
     for needle in needles:
         assert needle in message, message
+    return message
+
+
+def _nothing_cached(cache: Path) -> None:
+    assert not cache.exists() or not any(cache.iterdir())  # no array file, no temporary file either
 
 
 def test_missing_root_and_unsupported_files(tmp_path: Path) -> None:
@@ -214,6 +220,17 @@ def _wrong_size(root: Path) -> None:
     (root / "test" / "cat" / "0000.png").write_bytes(_png(3, size=(64, 48)))
 
 
+def _not_square(root: Path) -> None:
+    (root / "train" / "cat" / "0000.png").write_bytes(_png(3, size=(48, 32)))  # the first image: sets the size
+
+
+def _too_wide(root: Path) -> None:
+    # Only the header, which says 1100x20, and the start of the pixel data: decoding it would fail, so the message
+    # below shows that the image was refused from its header alone.
+    data = _png(3, size=(1100, 20))
+    (root / "train" / "dog" / "0001.png").write_bytes(data[: data.index(b"IDAT") + 4])
+
+
 BROKEN = {
     "no test/": (_no_test, ("test/",)),
     "no train/": (_no_train, ("train/",)),
@@ -222,6 +239,8 @@ BROKEN = {
     "test classes differ": (_other_test_classes, ("missing in test: frog", "extra in test: toad")),
     "not an image": (_not_an_image, ("train/dog/0001.png", "not a decodable image")),
     "wrong size": (_wrong_size, ("test/cat/0000.png", "64x48", "32x32")),
+    "not square": (_not_square, ("train/cat/0000.png is 48x32: images must be square: crop or resize them",)),
+    "over MAX_SIDE": (_too_wide, ("train/dog/0001.png is 1100x20, more than 1024 px a side: resize it or remove it",)),
 }
 
 
@@ -233,7 +252,44 @@ def test_layout_and_image_errors_name_the_culprit(tmp_path: Path, case: str, kin
     break_it(root)
     source = root if kind == "folder" else make_archive(root, tmp_path / "d.tar.xz", wrapper="cifar")
     _raises_data_error(source, tmp_path / "cache", *needles)
-    assert not list(tmp_path.glob("cache/*.npz"))  # nothing cached from a broken source
+    _nothing_cached(tmp_path / "cache")  # nothing cached from a broken source
+
+
+@pytest.mark.parametrize("kind", ["folder", "tar.xz"])
+def test_decoded_pixels_over_the_total_bound_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # Small files can decode to huge arrays: the bound is on the decoded pixels (here 15 images of 32x32x3 bytes,
+    # read at call time from trees, so lowering it stands in for gigabytes).
+    root = make_tree(tmp_path / "imgs")
+    source = root if kind == "folder" else make_archive(root, tmp_path / "d.tar.xz")
+    pixels, cache = 15 * 32 * 32 * 3, tmp_path / "cache"
+    monkeypatch.setattr(trees, "MAX_TOTAL_BYTES", pixels - 1)
+    message = _raises_data_error(source, cache)
+    assert message == (
+        f"{source} decodes to over {(pixels - 1) / 2**30:g} GiB of pixels: "
+        "too big for one data set of small images; use smaller images or split it"
+    )
+    _nothing_cached(cache)
+    monkeypatch.setattr(trees, "MAX_TOTAL_BYTES", pixels)  # exactly at the bound: loaded
+    check_tree_splits(load_image_folder(source, cache))
+
+
+@pytest.mark.parametrize("name", ["d.tar", "d.tar.xz"])
+def test_an_archive_over_the_total_bound_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    archive, cache = make_archive(make_tree(tmp_path / "imgs"), tmp_path / name), tmp_path / "cache"
+    limit = archive.stat().st_size - 1  # one byte over: stands in for an archive of many gigabytes
+
+    def fingerprint(*args: object) -> None:
+        raise AssertionError("the archive was read (fingerprinted) before its size was checked")
+
+    monkeypatch.setattr(trees, "MAX_TOTAL_BYTES", limit)
+    monkeypatch.setattr(imagefolder, "_fingerprint", fingerprint)
+    message = _raises_data_error(archive, cache)
+    assert message == f"{archive} is over {limit / 2**30:g} GiB: too big for one data set of small images; split it"
+    _nothing_cached(cache)
 
 
 # ---------------------------------------------------------------------------------------------
