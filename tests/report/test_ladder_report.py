@@ -18,7 +18,7 @@ from vitladder.config import compose_rung, get_rung, rung_names
 from vitladder.report import ladder_report
 from vitladder.report.ladder_report import build_report, collect, figures, mean_ci, t_quantile_975
 from vitladder.report.report_run import charts, log_report_to_wandb, report_tables, rung_lines
-from vitladder.report.setting import SETTING_COLUMNS
+from vitladder.report.setting import SETTING_COLUMNS, analysed, differences
 from vitladder.run_folder import read_summary
 from vitladder.wandb.report import build_wandb_report
 
@@ -362,6 +362,14 @@ def test_every_row_says_what_it_trained_and_where_that_is_not_the_articles_setti
     assert top in trained
     assert "a seeded sample of 1,000 |" in trained and "| `patch8` | 100 | 39,100 | official CIFAR-10 pixels" in trained
     assert "all 50,000" in trained  # the article's setting, spelt out
+
+
+def test_a_longer_run_and_an_unanalysed_one_say_so_in_words() -> None:
+    assert differences(ARTICLE_SETTING, 100) == []
+    assert differences({**ARTICLE_SETTING, "epochs": 300, "epochs_planned": 300}, 100) == ["300 epochs, not 100"]
+    unanalysed = {key: value for key, value in ARTICLE_SETTING.items() if key != "analysis_images"}
+    assert analysed(unanalysed) == "none (not analysed)"
+    assert differences(unanalysed, 100) == ["attention not analysed"]
 
 
 def test_both_readings_of_the_distance_are_reported(tmp_path: Path) -> None:

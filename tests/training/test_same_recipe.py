@@ -64,6 +64,14 @@ def test_the_message_lists_changes_and_both_ways_on(tmp_path):
     assert "overwrite=true" in message and "patch4.replaced-<time>/" in message
     made = changed_recipe_message(tmp_path / "p", changes[:1], True, ["lightning 2.5.2 → 2.6.6", "timm 1.0 → 1.1"])
     assert "another recipe (k0 0 → 1; made with lightning 2.5.2 → 2.6.6, timm 1.0 → 1.1): to keep it" in made
+    unknown = changed_recipe_message(tmp_path / "p", [], True)
+    assert unknown.startswith(f"{tmp_path / 'p'} holds a finished run whose config.yaml is missing or unreadable, so ")
+    assert "its recipe is unknown: to keep it" in unknown and "\n" not in unknown
+    unknown = changed_recipe_message(tmp_path / "p", [], False, ["timm 1.0 → 1.1"])
+    assert (
+        "an interrupted run whose config.yaml is missing or unreadable, so its recipe is unknown (made with timm"
+        in unknown
+    )
 
 
 def test_a_rung_is_reused_only_under_the_same_recipe(tiny_cfg):

@@ -65,7 +65,9 @@ def differences(done: Mapping, reference_epochs: int | None) -> list[str]:
         words.append(f"{done['train_images']:,} training images, not {ARTICLE_TRAIN_IMAGES:,}")
     if done["test_images"] != ARTICLE_TEST_IMAGES:
         words.append(f"test accuracy over {done['test_images']:,} images, not {ARTICLE_TEST_IMAGES:,}")
-    if (done["test_order"], done.get("analysis_images")) != ("official", ARTICLE_ANALYSED):
+    if not done.get("analysis_images"):
+        words.append("attention not analysed")
+    elif (done["test_order"], done.get("analysis_images")) != ("official", ARTICLE_ANALYSED):
         words.append(f"attention over {analysed(done)} test images, not the official first {ARTICLE_ANALYSED:,}")
     return words
 
