@@ -107,11 +107,13 @@ def test_only_cifar10_as_jpeg_files_is_called_its_jpeg_copy(tmp_path: Path) -> N
     assert imagefolder._origin({**cifar10, "classes": np.asarray(["a"] * 10)}, {".jpg"}) == OTHER
 
 
-def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail(*args: object) -> None:
-        raise AssertionError("decoded again instead of reading the cache")
+def _forbid(monkeypatch: pytest.MonkeyPatch, name: str, why: str) -> None:
+    """Makes ``imagefolder.<name>`` fail the test with ``why`` if it is called."""
 
-    monkeypatch.setattr(imagefolder, "_decode_image", fail)
+    def fail(*args: object) -> None:
+        raise AssertionError(why)
+
+    monkeypatch.setattr(imagefolder, name, fail)
 
 
 @pytest.mark.parametrize("kind", ["folder", "archive"])
@@ -125,7 +127,7 @@ def test_cache_is_reused_then_invalidated_by_changes(
     assert len(list(cache.glob("*.npz"))) == 1 and not list(cache.glob(".*tmp"))
 
     with monkeypatch.context() as m:
-        _forbid_decoding(m)
+        _forbid(m, "_decode_image", "decoded again instead of reading the cache")
         second = load_image_folder(source, cache)
         assert second.classes == first.classes
         for name in ("train_images", "train_labels", "test_images", "test_labels"):
@@ -281,12 +283,8 @@ def test_an_archive_over_the_total_bound_is_refused_before_it_is_read(
 ) -> None:
     archive, cache = make_archive(make_tree(tmp_path / "imgs"), tmp_path / name), tmp_path / "cache"
     limit = archive.stat().st_size - 1  # one byte over: stands in for an archive of many gigabytes
-
-    def fingerprint(*args: object) -> None:
-        raise AssertionError("the archive was read (fingerprinted) before its size was checked")
-
     monkeypatch.setattr(trees, "MAX_TOTAL_BYTES", limit)
-    monkeypatch.setattr(imagefolder, "_fingerprint", fingerprint)
+    _forbid(monkeypatch, "_fingerprint", "the archive was read (fingerprinted) before its size was checked")
     message = _raises_data_error(archive, cache)
     assert message == f"{archive} is over {limit / 2**30:g} GiB: too big for one data set of small images; split it"
     _nothing_cached(cache)
