@@ -15,7 +15,8 @@ from vitladder.errors import UserError
 from vitladder.pipeline import train_rung
 from vitladder.report.ladder_report import collect
 from vitladder.run_folder import RunPaths, read_summary
-from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes
+from vitladder.training import recipe
+from vitladder.training.recipe import ABSENT, changed_recipe_message, in_recipe, recipe_changes, set_aside
 
 
 def test_changes_list_recipe_keys_only():
@@ -140,9 +141,6 @@ def test_overwrite_never_moves_a_folder_another_process_is_training_in(tmp_path)
 
 
 def test_runs_set_aside_in_the_same_second_get_numbered_folders(tmp_path, monkeypatch):
-    from vitladder.training import recipe
-    from vitladder.training.recipe import set_aside
-
     same_second = SimpleNamespace(strftime=lambda fmt: "20260101-120000")  # every one set aside in the same second
     monkeypatch.setattr(recipe, "time", same_second)
     paths = RunPaths(tmp_path / "smoke" / "patch8")
