@@ -21,6 +21,7 @@ from vitladder.analysis.probes.head_ablation import (
     columns,
     head_ablation,
     plot_ablation,
+    rho_text,
 )
 from vitladder.analysis.summary import analyse
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
@@ -176,6 +177,21 @@ def test_bootstrap_interval_narrows_with_more_images_and_follows_its_seed() -> N
     assert bootstrap_spearman(distance, clean, correct, seed=2) != (rho, low, high)
 
 
+def test_no_interval_where_a_resample_ties_every_drop() -> None:
+    # Removing head 1 costs one image of 20 and the other heads none: the resamples without that image tie every
+    # drop, so rho is undefined in about a third of them and the rest cannot bound it.
+    distance, clean = torch.arange(3.0), torch.ones(20, dtype=torch.bool)
+    correct = torch.ones(3, 20, dtype=torch.bool)
+    correct[1, 0] = False
+    rho, low, high = bootstrap_spearman(distance, clean, correct, resamples=200, seed=0)
+    assert rho == pytest.approx(0.0) and math.isnan(low) and math.isnan(high)
+    assert rho_text(rho, low, high) == "+0.00 [no interval]"
+    correct[0, 1:] = False  # every image now tells the heads apart
+    assert not math.isnan(bootstrap_spearman(distance, clean, correct, resamples=200, seed=0)[1])
+    tied = bootstrap_spearman(distance, clean, torch.ones(3, 20, dtype=torch.bool))
+    assert all(math.isnan(value) for value in tied) and rho_text(*tied) == "undefined (every head's drop tied)"
+
+
 def test_rows_and_figure() -> None:
     images, labels = carrier_images(8)
     distance = torch.tensor([[4.0, 5.0]])
@@ -189,6 +205,12 @@ def test_rows_and_figure() -> None:
     fig = plot_ablation(rows, scalars, "uniform", 8, title=r"rung $\notacommand$")  # not maths: drawn as written
     FigureCanvasAgg(fig).draw()
     assert fig.axes[0].get_title().startswith("rung $\\notacommand$\n")
+    # Two heads, one of which costs every image it carries: resamples missing those images tie both drops.
+    heading = "uniform ablation: Spearman ρ [95% CI] -1.00 [no interval], 8 images"
+    assert fig.axes[0].get_title().splitlines()[1] == heading
+    scalars |= {"ablation_uniform_spearman_low": -1.0, "ablation_uniform_spearman_high": -0.25}
+    heading = plot_ablation(rows, scalars, "uniform", 8).axes[0].get_title()
+    assert heading == "uniform ablation: Spearman ρ [95% CI] -1.00 [-1.00, -0.25], 8 images"
     points = [
         collection.get_offsets().tolist() for collection in fig.axes[0].collections
     ]  # per layer: (distance, drop)
@@ -246,4 +268,6 @@ def test_the_ladder_reports_sentence() -> None:
     values = lambda key: seeds.get(key, [])  # noqa: E731
     assert cell.text(values) == "without its 6 most local heads: −3.2 pts; without 6 random heads: −1.1 ± 0.4 pts"
     assert rho.text(values) == "-0.50 [-0.70, -0.20]"
+    seeds["ablation_mean_spearman"] = [-0.5, -0.3]  # the second seed's resamples tied every drop: no interval
+    assert rho.text(values) == "-0.40 [no interval]"
     assert cell.text(lambda key: []) == "—"

@@ -11,6 +11,7 @@ tests/analysis/test_head_removal.py pins this layout of timm's ``Attention.forwa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -219,7 +220,8 @@ def bootstrap_spearman(
 ) -> tuple[float, float, float]:
     """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs (from
     ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)``), with a seeded percentile bootstrap interval over images:
-    ``(rho, low, high)``; resamples where rho is undefined (all drops tied) are left out of the interval."""
+    ``(rho, low, high)``. Where a resample leaves every head's drop tied, rho is undefined there, and the others
+    cannot bound it: the interval is then NaN (few images, or heads whose removal changes nothing)."""
     clean, ablated = clean_correct.double(), correct.double()  # (N,), (n, N)
     num_images = clean.numel()
     rho = float(spearman(distance, clean.mean() - ablated.mean(dim=1)))
@@ -229,8 +231,10 @@ def bootstrap_spearman(
     counts.scatter_add_(1, drawn, torch.ones(drawn.shape, dtype=torch.float64))
     drops = (counts @ clean)[:, None] / num_images - counts @ ablated.T / num_images  # (R, n) exact counts / N
     rhos = spearman(distance.double().expand(resamples, -1), drops)  # (R,)
+    if rhos.isnan().any():
+        return rho, math.nan, math.nan
     tail = (1 - level) / 2
-    low, high = torch.nanquantile(rhos, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    low, high = torch.quantile(rhos, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return rho, low, high
 
 
@@ -304,8 +308,8 @@ def plot_ablation(rows: list[dict], scalars: dict[str, float], mode: Mode, num_i
         x, y = [row["distance_px"] for row in mine], [row["accuracy_drop_pts"] for row in mine]
         ax.scatter(x, y, s=22, color=colormaps["viridis"](layer / max(num_layers - 1, 1)), label=f"layer {layer}")
     ax.axhline(0.0, color="gray", lw=0.8)
-    rho, low, high = (scalars[key] for key in spearman_keys(mode))
-    heading = f"{mode} ablation: Spearman {rho:+.2f} (95% CI {low:+.2f} to {high:+.2f}), {num_images} images"
+    rho = rho_text(*(scalars[key] for key in spearman_keys(mode)))
+    heading = f"{mode} ablation: Spearman ρ [95% CI] {rho}, {num_images} images"
     ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9)
     ax.set(xlabel="mean attention distance of the head (px)", ylabel="accuracy lost without the head (pts)")
     ax.set_xlim(left=0.0)
@@ -361,9 +365,21 @@ def _sentence(values) -> str:
     return f"without its {K} most local heads: {_pts(means[0])} pts; without {K} random heads: {_pts(means[1])}{z} pts"
 
 
+def rho_text(rho: float, low: float, high: float) -> str:
+    """Spearman's rho and its 95% interval, or why either is missing (bootstrap_spearman)."""
+    if math.isnan(rho):
+        return "undefined (every head's drop tied)"
+    return f"{rho:+.2f} " + ("[no interval]" if math.isnan(low) else f"[{low:+.2f}, {high:+.2f}]")
+
+
 def _rho(values) -> str:
-    means = _means(values, *spearman_keys("mean"))
-    return "{:+.2f} [{:+.2f}, {:+.2f}]".format(*means) if means else "—"
+    """The means over seeds of rho and of its interval's ends; no interval unless every seed with a rho has one."""
+    rho, low, high = (values(key) for key in spearman_keys("mean"))
+    if not rho:
+        return "—"
+    if len(low) < len(rho):
+        return rho_text(sum(rho) / len(rho), math.nan, math.nan)
+    return rho_text(*_means(values, *spearman_keys("mean")))
 
 
 def columns() -> tuple[Column, ...]:
