@@ -156,3 +156,15 @@ def test_a_rung_another_process_replaced_while_this_one_loaded_its_data_stops_wi
     assert json.loads(paths.done.read_text()) == {"by": "the other process"}, "the other process's run is kept"
     assert [p.name for p in paths.root.parent.iterdir()] == ["patch8"], "nothing was set aside"
     assert not paths.last_ckpt.exists() and not paths.metrics_csv.exists()
+
+
+def test_a_lock_file_that_names_no_pid_reads_unknown(tmp_path):
+    lock_file = tmp_path / LOCK_FILE
+    assert holder_pid(lock_file) == "unknown"  # gone
+    lock_file.write_text("not a pid\n")
+    assert holder_pid(lock_file) == "unknown"
+    lock_file.unlink()
+    lock_file.mkdir()  # unreadable as a file
+    assert holder_pid(lock_file) == "unknown"
+    (tmp_path / "other").write_text(" 4242\n")
+    assert holder_pid(tmp_path / "other") == "4242"

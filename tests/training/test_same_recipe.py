@@ -250,3 +250,38 @@ def test_a_setting_removed_since_is_one_warning_if_it_stood_at_its_default(tiny_
     paths.provenance.unlink()  # a folder from before provenance.json: the default it had is unknown
     with pytest.raises(UserError, match=r"another recipe \(trainer.retired_flag false → \(absent\)\)"):
         train_rung(cfg)
+
+
+@pytest.fixture
+def fresh_versions():
+    """versions() read again in the test, and again after it: it is cached for the process."""
+    recipe.versions.cache_clear()
+    yield recipe.versions
+    recipe.versions.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "git_fails",
+    [FileNotFoundError(2, "No such file or directory", "git"), recipe.subprocess.TimeoutExpired(["git"], 10)],
+    ids=["no git", "git hangs"],
+)
+def test_without_git_or_a_packages_metadata_the_versions_say_none(fresh_versions, monkeypatch, git_fails):
+    def git(*args, **kwargs):
+        raise git_fails
+
+    monkeypatch.setattr(recipe.subprocess, "run", git)
+    monkeypatch.setattr(recipe, "LIBRARIES", ("lightning", "no-such-package-here"))
+    found = fresh_versions()
+    assert found["git_commit"] is None and found["no-such-package-here"] is None
+    assert found["lightning"] == lightning.__version__
+
+
+def test_a_checkout_of_another_project_names_no_commit(fresh_versions, monkeypatch, tmp_path):
+    # An installed copy inside someone else's repository: git answers with that repository's top, not ours.
+    monkeypatch.setattr(recipe, "_git", lambda *args: str(tmp_path) if args[0] == "rev-parse" else "0123456789ab")
+    assert fresh_versions()["git_commit"] is None
+    monkeypatch.setattr(
+        recipe, "_git", lambda *args: str(recipe.CONF_DIR.parent) if args[0] == "rev-parse" else "c0ffee"
+    )
+    recipe.versions.cache_clear()
+    assert fresh_versions()["git_commit"] == "c0ffee"
