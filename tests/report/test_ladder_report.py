@@ -202,6 +202,20 @@ def test_unfinished_and_unanalysed_runs(tmp_path: Path) -> None:
     assert "not finished" in (ladder / "report.md").read_text()
 
 
+def test_a_cell_from_fewer_seeds_than_its_rung_has_says_how_many(tmp_path: Path) -> None:
+    ladder = tmp_path / "mixed"
+    make_run(ladder, "warmup", seed=0, test_acc=0.8, layer1=10.0)
+    make_run(ladder, "warmup", seed=1, test_acc=0.8, analysed=False)  # trained; its analysis not run (yet)
+    make_run(ladder, "patch4", seed=0, layer1=14.0)
+    build_report(ladder)
+    lines = (ladder / "report.md").read_text().splitlines()
+    warmup, patch4 = (next(line for line in lines if line.startswith(f"| `{rung}`")) for rung in ("warmup", "patch4"))
+    warmup, patch4 = ([cell.strip() for cell in row.split("|")] for row in (warmup, patch4))
+    assert "80.0% ± 0.0" in warmup and "10.0 (1 of 2 seeds)" in warmup and "3.00 (1 of 2 seeds)" in warmup
+    assert "14.0" in patch4 and not any("seeds)" in cell for cell in patch4)
+    assert read_csv(ladder / "ladder.csv")[1]["layer1_distance_px"] == "10.0"  # the seeds that have it
+
+
 @pytest.mark.parametrize(
     "df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (30, 2.0423), (40, 2.0211), (100, 1.9840), (10**6, 1.9600)]
 )

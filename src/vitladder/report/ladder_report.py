@@ -217,6 +217,8 @@ def _ladder_row(rung: str, result: RungResult | None, shown: Sequence[Column]) -
             cell = column.text(result.values)
         else:
             cell = _fmt(result, column.key, digits=column.digits, ci=column.ci)
+        if cell != "—" and (has := len(result.values(column.key))) < len(result.runs):  # e.g. one not analysed
+            cell += f" ({has} of {len(result.runs)} seeds)"
         cells += [cell, *([column.reference(ref)] if column.reference else [])]
     if result is None:
         return [*cells, "—", "0", "not finished"]
