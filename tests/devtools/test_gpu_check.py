@@ -411,6 +411,14 @@ def a_gpu_result(**train) -> dict:
     }
 
 
+def test_the_summary_says_when_the_run_trains_a_slower_setting() -> None:
+    result = a_gpu_result()
+    assert "Fastest: **compiled**, 40,000 images/s (target 25,000, aim 50,000: met).\n" in markdown(result, "r.md")
+    result["benchmark"]["eager"] = {"images_per_s": 30_000, "step_ms": 17.1, "startup_s": 4, "epochs_in_budget": 40}
+    result["train"]["setting"] = "eager"  # compiling took longer than its faster steps gave back
+    assert "met). The run below trains eager: more of its epochs fit the budget.\n" in markdown(result, "r.md")
+
+
 def test_the_check_never_reads_as_the_articles_table() -> None:
     text = markdown(a_gpu_result(), "report.md")
     trained = next(line for line in text.splitlines() if line.startswith("`epochs200` trained"))

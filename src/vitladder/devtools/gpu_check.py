@@ -260,8 +260,11 @@ def trained_so_far(paths: RunPaths) -> dict:
 def markdown(r: dict, report_name: str) -> str:
     """The short human summary of gpu_check.json."""
     t, a, c, syncs = r["train"], r["analysis"], r["checkpoint"], r["host_syncs_per_step"]
-    cuda = r["cuda_syncs_per_step"]
+    cuda, fastest = r["cuda_syncs_per_step"], r["best"]["setting"]
     cuda = f" (CUDA's sync debug mode: {cuda['train']:g}, {cuda['eval']:g})" if cuda else ""
+    slower = (
+        f" The run below trains {t['setting']}: more of its epochs fit the budget." if t["setting"] != fastest else ""
+    )
     schedule = "the recipe's whole schedule"
     if t["epochs_planned"] != t["epochs_of_recipe"]:
         schedule = (
@@ -280,9 +283,9 @@ def markdown(r: dict, report_name: str) -> str:
             f"{m['epochs_in_budget']} |"
             for name, m in r["benchmark"].items()
         ),
-        f"Best: **{r['best']['setting']}**, {r['best']['images_per_s']:,.0f} images/s (target "
+        f"Fastest: **{fastest}**, {r['best']['images_per_s']:,.0f} images/s (target "
         f"{r['targets']['images_per_s_min']:,}, aim {r['targets']['images_per_s_aim']:,}: "
-        f"{'met' if r['targets']['met'] else 'not met'}).",
+        f"{'met' if r['targets']['met'] else 'not met'}).{slower}",
         f"Host syncs per step: training {syncs['train']:g}, evaluation {syncs['eval']:g}{cuda} (0 is the aim). "
         f"`last.ckpt` ({c['mib']:.0f} MiB) written and fsynced in {c['save_s']:.2f} s; at the profile's interval "
         f"(an epoch end once {c['min_interval_s']:g} s have passed, and the last) {c['saves_planned']} saves, "
