@@ -266,7 +266,9 @@ def test_the_ladder_reports_sentence() -> None:
         "ablation_mean_spearman_high": [-0.2],
     }
     values = lambda key: seeds.get(key, [])  # noqa: E731
-    assert cell.text(values) == "without its 6 most local heads: −3.2 pts; without 6 random heads: −1.1 ± 0.4 pts"
+    assert cell.text(values) == (
+        "without its 6 most local heads: −3.2 pts; without 6 random heads: −1.1 pts (sd 0.4 over draws)"
+    )
     assert rho.text(values) == "-0.50 [-0.70, -0.20]"
     seeds["ablation_mean_spearman"] = [-0.5, -0.3]  # the second seed's resamples tied every drop: no interval
     assert rho.text(values) == "-0.40 [no interval]"

@@ -355,14 +355,14 @@ def _means(values, *keys: str) -> list[float] | None:
 
 
 def _sentence(values) -> str:
-    """report.md's cell: "without its 6 most local heads: −x pts; without 6 random heads: −y ± z pts", the means
-    over seeds (± the spread over random draws), under mean ablation."""
+    """report.md's cell: "without its 6 most local heads: −x pts; without 6 random heads: −y pts (sd z over draws)",
+    the means over seeds under mean ablation; sd, not the ± of a confidence interval the other cells use."""
     means = _means(values, f"ablation_mean_most_local_{K}_drop_pts", f"ablation_mean_random_{K}_drop_pts_mean")
     if means is None:
         return "—"
     spread = _means(values, f"ablation_mean_random_{K}_drop_pts_std")
-    z = f" ± {spread[0]:.1f}" if spread else ""
-    return f"without its {K} most local heads: {_pts(means[0])} pts; without {K} random heads: {_pts(means[1])}{z} pts"
+    z = f" (sd {spread[0]:.1f} over draws)" if spread else ""
+    return f"without its {K} most local heads: {_pts(means[0])} pts; without {K} random heads: {_pts(means[1])} pts{z}"
 
 
 def rho_text(rho: float, low: float, high: float) -> str:
