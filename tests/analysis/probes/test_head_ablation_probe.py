@@ -22,6 +22,7 @@ from vitladder.analysis.probes.head_ablation import (
     head_ablation,
     plot_ablation,
     rho_text,
+    spearman_keys,
 )
 from vitladder.analysis.summary import analyse
 from vitladder.data.sources.cifar10 import STATS as CIFAR10_STATS
@@ -141,6 +142,14 @@ def drop_pattern(num_heads: int = 10, per_block: int = 10) -> tuple[Tensor, Tens
     return torch.arange(float(num_heads)), clean, correct
 
 
+def resampled_rhos(distance: Tensor, clean: Tensor, correct: Tensor, resamples: int, seed: int) -> Tensor:
+    """Spearman's rho of each bootstrap resample, the images drawn one by one as bootstrap_spearman draws them."""
+    drawn = torch.randint(len(clean), (resamples, len(clean)), generator=torch.Generator().manual_seed(seed))
+    return torch.stack(
+        [spearman(distance, clean[idx].double().mean() - correct[:, idx].double().mean(dim=1)) for idx in drawn]
+    )
+
+
 def test_bootstrap_of_a_perfect_ordering_stays_at_minus_one() -> None:
     distance, clean, correct = drop_pattern()
     rho, low, high = bootstrap_spearman(distance, clean, correct, resamples=400, seed=0)
@@ -154,11 +163,8 @@ def test_bootstrap_matches_resampling_images_one_by_one() -> None:
     clean = torch.rand(60, generator=generator) < 0.8
     correct = torch.rand(12, 60, generator=generator) < (0.5 + distance[:, None] / 40)  # local heads cost more
     rho, low, high = bootstrap_spearman(distance, clean, correct, resamples=300, seed=5)
-    drawn = torch.randint(60, (300, 60), generator=torch.Generator().manual_seed(5))  # the same draws
-    rhos = torch.stack(
-        [spearman(distance, clean[idx].double().mean() - correct[:, idx].double().mean(dim=1)) for idx in drawn]
-    )
-    expected = torch.nanquantile(rhos, torch.tensor([0.025, 0.975], dtype=torch.float64))
+    rhos = resampled_rhos(distance, clean, correct, 300, seed=5)  # the same draws; every one has a rho
+    expected = torch.quantile(rhos, torch.tensor([0.025, 0.975], dtype=torch.float64))
     assert (low, high) == pytest.approx(expected.tolist(), abs=1e-12)
     assert rho == pytest.approx(float(spearman(distance, clean.double().mean() - correct.double().mean(dim=1))))
     assert low < rho < high
@@ -177,18 +183,24 @@ def test_bootstrap_interval_narrows_with_more_images_and_follows_its_seed() -> N
     assert bootstrap_spearman(distance, clean, correct, seed=2) != (rho, low, high)
 
 
-def test_no_interval_where_a_resample_ties_every_drop() -> None:
-    # Removing head 1 costs one image of 20 and the other heads none: the resamples without that image tie every
-    # drop, so rho is undefined in about a third of them and the rest cannot bound it.
-    distance, clean = torch.arange(3.0), torch.ones(20, dtype=torch.bool)
+def test_a_resample_that_ties_every_drop_counts_as_either_end_of_the_interval() -> None:
+    # Head 0 costs images 0-3, head 2 images 4-5, head 1 none: a resample missing all six ties every drop and has
+    # no rho (about 1 in 600). It counts as -1 for the low end and +1 for the high end.
+    distance, clean = torch.arange(3.0), torch.ones(40, dtype=torch.bool)
+    correct = torch.ones(3, 40, dtype=torch.bool)
+    correct[0, :4] = correct[2, 4:6] = False
+    rho, low, high = bootstrap_spearman(distance, clean, correct, resamples=3000, seed=1)
+    rhos = resampled_rhos(distance, clean, correct, 3000, seed=1)
+    assert 0 < int(rhos.isnan().sum()) < 75  # some, and fewer than either tail holds
+    assert low == pytest.approx(float(torch.quantile(rhos.nan_to_num(-1.0), 0.025)), abs=1e-12)
+    assert high == pytest.approx(float(torch.quantile(rhos.nan_to_num(1.0), 0.975)), abs=1e-12)
+    assert rho == pytest.approx(-0.5) and -1 < low < rho < high < 1  # too few to reach either end
+    # Head 1 alone costs one image of 20: a third of the resamples have no rho, so the interval says nothing.
     correct = torch.ones(3, 20, dtype=torch.bool)
     correct[1, 0] = False
-    rho, low, high = bootstrap_spearman(distance, clean, correct, resamples=200, seed=0)
-    assert rho == pytest.approx(0.0) and math.isnan(low) and math.isnan(high)
-    assert rho_text(rho, low, high) == "+0.00 [no interval]"
-    correct[0, 1:] = False  # every image now tells the heads apart
-    assert not math.isnan(bootstrap_spearman(distance, clean, correct, resamples=200, seed=0)[1])
-    tied = bootstrap_spearman(distance, clean, torch.ones(3, 20, dtype=torch.bool))
+    found = bootstrap_spearman(distance, torch.ones(20, dtype=torch.bool), correct, resamples=200, seed=0)
+    assert found == (pytest.approx(0.0), -1.0, 1.0) and rho_text(*found) == "+0.00 [-1.00, +1.00]"
+    tied = bootstrap_spearman(distance, clean, torch.ones(3, 40, dtype=torch.bool))  # no head costs anything
     assert all(math.isnan(value) for value in tied) and rho_text(*tied) == "undefined (every head's drop tied)"
 
 
@@ -205,12 +217,12 @@ def test_rows_and_figure() -> None:
     fig = plot_ablation(rows, scalars, "uniform", 8, title=r"rung $\notacommand$")  # not maths: drawn as written
     FigureCanvasAgg(fig).draw()
     assert fig.axes[0].get_title().startswith("rung $\\notacommand$\n")
-    # Two heads, one of which costs every image it carries: resamples missing those images tie both drops.
-    heading = "uniform ablation: Spearman ρ [95% CI] -1.00 [no interval], 8 images"
+    rho, low, high = (scalars[f"ablation_uniform_spearman{end}"] for end in ("", "_low", "_high"))
+    heading = f"uniform ablation: Spearman ρ [95% CI] {rho:+.2f} [{low:+.2f}, {high:+.2f}], 8 images"
     assert fig.axes[0].get_title().splitlines()[1] == heading
-    scalars |= {"ablation_uniform_spearman_low": -1.0, "ablation_uniform_spearman_high": -0.25}
+    scalars |= dict.fromkeys(spearman_keys("uniform"), math.nan)  # every head's drop tied: it used to read +nan
     heading = plot_ablation(rows, scalars, "uniform", 8).axes[0].get_title()
-    assert heading == "uniform ablation: Spearman ρ [95% CI] -1.00 [-1.00, -0.25], 8 images"
+    assert heading == "uniform ablation: Spearman ρ [95% CI] undefined (every head's drop tied), 8 images"
     points = [
         collection.get_offsets().tolist() for collection in fig.axes[0].collections
     ]  # per layer: (distance, drop)
@@ -270,6 +282,4 @@ def test_the_ladder_reports_sentence() -> None:
         "without its 6 most local heads: −3.2 pts; without 6 random heads: −1.1 pts (sd 0.4 over draws)"
     )
     assert rho.text(values) == "-0.50 [-0.70, -0.20]"
-    seeds["ablation_mean_spearman"] = [-0.5, -0.3]  # the second seed's resamples tied every drop: no interval
-    assert rho.text(values) == "-0.40 [no interval]"
     assert cell.text(lambda key: []) == "—"

@@ -220,22 +220,23 @@ def bootstrap_spearman(
 ) -> tuple[float, float, float]:
     """Spearman's rho between the heads' ``distance`` ``(n,)`` and the accuracy their ablation costs (from
     ``clean_correct`` ``(N,)`` and ``correct`` ``(n, N)``), with a seeded percentile bootstrap interval over images:
-    ``(rho, low, high)``. Where a resample leaves every head's drop tied, rho is undefined there, and the others
-    cannot bound it: the interval is then NaN (few images, or heads whose removal changes nothing)."""
+    ``(rho, low, high)``. A resample that leaves every head's drop tied has no rho: it counts as -1 for the low end
+    and +1 for the high end, so that the interval holds whatever it would have been (few images, or heads whose
+    removal changes nothing, widen it up to [-1, 1]). All NaN where rho itself is undefined."""
     clean, ablated = clean_correct.double(), correct.double()  # (N,), (n, N)
     num_images = clean.numel()
     rho = float(spearman(distance, clean.mean() - ablated.mean(dim=1)))
+    if math.isnan(rho):
+        return rho, math.nan, math.nan
     generator = torch.Generator().manual_seed(seed)
     drawn = torch.randint(num_images, (resamples, num_images), generator=generator)  # (R, N) image indices
     counts = torch.zeros(resamples, num_images, dtype=torch.float64)  # (R, N) how often each image was drawn
     counts.scatter_add_(1, drawn, torch.ones(drawn.shape, dtype=torch.float64))
     drops = (counts @ clean)[:, None] / num_images - counts @ ablated.T / num_images  # (R, n) exact counts / N
     rhos = spearman(distance.double().expand(resamples, -1), drops)  # (R,)
-    if rhos.isnan().any():
-        return rho, math.nan, math.nan
     tail = (1 - level) / 2
-    low, high = torch.quantile(rhos, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
-    return rho, low, high
+    low, high = torch.quantile(rhos.nan_to_num(-1.0), tail), torch.quantile(rhos.nan_to_num(1.0), 1 - tail)
+    return rho, float(low), float(high)
 
 
 def head_ablation(
@@ -366,20 +367,13 @@ def _sentence(values) -> str:
 
 
 def rho_text(rho: float, low: float, high: float) -> str:
-    """Spearman's rho and its 95% interval, or why either is missing (bootstrap_spearman)."""
-    if math.isnan(rho):
-        return "undefined (every head's drop tied)"
-    return f"{rho:+.2f} " + ("[no interval]" if math.isnan(low) else f"[{low:+.2f}, {high:+.2f}]")
+    """Spearman's rho and its 95% interval (bootstrap_spearman), or why there is none."""
+    return "undefined (every head's drop tied)" if math.isnan(rho) else f"{rho:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def _rho(values) -> str:
-    """The means over seeds of rho and of its interval's ends; no interval unless every seed with a rho has one."""
-    rho, low, high = (values(key) for key in spearman_keys("mean"))
-    if not rho:
-        return "—"
-    if len(low) < len(rho):
-        return rho_text(sum(rho) / len(rho), math.nan, math.nan)
-    return rho_text(*_means(values, *spearman_keys("mean")))
+    means = _means(values, *spearman_keys("mean"))  # a seed's interval is there where its rho is
+    return rho_text(*means) if means else "—"
 
 
 def columns() -> tuple[Column, ...]:
