@@ -42,10 +42,10 @@ def main(argv: list[str] | None = None) -> Path:
 
     from vitladder.analysis.callback import AttentionAnalysis
     from vitladder.analysis.checkpoint import load_model, load_run_config, test_split
-    from vitladder.analysis.outputs import TRACK, history_rows, read_csv
+    from vitladder.analysis.outputs import history_rows, read_csv
     from vitladder.atomic import write_json
     from vitladder.errors import UserError
-    from vitladder.run_folder import RunPaths, read_summary
+    from vitladder.run_folder import TRACK, RunPaths, read_summary
     from vitladder.wandb.analysis import log_reanalysis
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file

@@ -15,6 +15,15 @@ LIGHTNING, FIT_LOOP = "lightning.pytorch", "lightning.pytorch.loops.fit_loop"
 CHECKPOINT = "lightning.pytorch.callbacks.model_checkpoint"
 NOT_EMPTY = "Checkpoint directory r/checkpoints exists and is not empty."
 LEAF_SPEC = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec)` instead."
+RESULT = "lightning.pytorch.trainer.connectors.logger_connector.result"
+
+
+def sync_advice(key: str) -> str:
+    """Lightning's advice on several processes for a value logged at epoch level without sync_dist."""
+    return (
+        f"It is recommended to use `self.log({key!r}, ..., sync_dist=True)` when logging on epoch level in distributed"
+        " setting to accumulate the metric across devices."
+    )
 
 
 @pytest.fixture
@@ -34,6 +43,11 @@ def quiet(monkeypatch):
         (NOT_EMPTY, UserWarning, CHECKPOINT, True),
         ("The number of training batches (3) is smaller than the logging interval", UserWarning, FIT_LOOP, False),
         (NOT_EMPTY, UserWarning, "my_project.save", False),
+        # only rank 0 logs the epoch axis and the tracking (rank_zero_only=True): there is nothing to sync
+        (sync_advice("epoch"), UserWarning, RESULT, True),
+        (sync_advice("track/layer0/distance_px"), UserWarning, RESULT, True),
+        (sync_advice("val/acc"), UserWarning, RESULT, False),  # a value every rank logs: the advice may be right
+        (sync_advice("epoch_loss"), UserWarning, RESULT, False),
     ],
 )
 def test_a_note_is_dropped_only_from_the_module_that_issues_it(quiet, message, category, module, dropped):

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from vitladder.config import accept_plus_step, compose_config, explain, validate
 from vitladder.errors import UserError, describe_os_error
+from vitladder.run_folder import EPOCH, TRACK
 
 LADDER_DIR_HELP = "e.g. outputs/full: holds one folder per rung"
 LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"  # the logger of Lightning's rank_zero_info
@@ -31,6 +32,13 @@ LIBRARY_NOTES = (  # (message, category, module) of each library's note about it
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
     # every resume finds its last.ckpt there, by design
     (r"Checkpoint directory .* exists and is not empty", Warning, r"lightning\.pytorch\.callbacks\.model_checkpoint"),
+    # on several processes, its advice to sync each epoch-level value, given also for the values only rank 0 logs
+    # (rank_zero_only=True: the epoch axis and the attention tracking), which no other rank could join in a sync
+    (
+        rf"It is recommended to use `self\.log\('({EPOCH}|{TRACK}[^']*)', \.\.\., sync_dist=True\)`",
+        Warning,
+        r"lightning\.pytorch\.trainer\.connectors\.logger_connector\.result",
+    ),
 )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 MODEL_FORMAT = "vitladder-model/1"  # the final model's "format" entry; bump it when its keys change
 # The axes of metrics.csv and of the W&B runs: epochs trained (0: the model at initialisation), per optimizer step.
 EPOCH, LR = "epoch", "lr"
+TRACK = "track/"  # the logged name of a value tracked during training: track/<name>, against epoch
 _RUN_NAME = re.compile(r"^(?P<rung>[a-z0-9_]+?)(?:-seed(?P<seed>\d+))?$")
 
 

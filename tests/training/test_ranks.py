@@ -215,11 +215,14 @@ def test_make_ladder_on_2_ranks_killed_in_a_rung_resumes_it(repo_root, tmp_path,
 def test_train_py_on_2_ranks_says_its_result_once_and_only_rank_0_writes(repo_root, tmp_path, child_env):
     ladder = RankedLadder(repo_root, tmp_path, child_env(), devices=2)
     result = subprocess.run(
-        [sys.executable, "train.py", "step=epochs200", *ladder.overrides],
+        [sys.executable, "train.py", "step=epochs200", *ladder.overrides, "analysis.track_every_n_epochs=1"],
         cwd=repo_root, env={**ladder.env, "RANKS_TEST_DELAY": "0"}, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert result.stdout.count("epochs200: test accuracy") == 1, result.stdout[-3000:]
+    # Rank 0 alone logs the epoch axis and the tracking: Lightning's advice to sync them across ranks is dropped.
+    assert "sync_dist=True" not in result.stderr, result.stderr[-5000:]
+    assert "track/layer0/distance_px" in (ladder.folder / "epochs200" / "metrics.csv").read_text()
     by_rank = ladder.records()
     assert sorted(by_rank) == ["0", "1"] and [r for r in by_rank["1"] if r["event"] != "start"] == []
 

@@ -18,11 +18,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from vitladder.analysis.outputs import TRACK, done_scalars, history_rows, write_results
+from vitladder.analysis.outputs import done_scalars, history_rows, write_results
 from vitladder.analysis.probes import Context, Result, run_probes, track_probes
 from vitladder.data.datamodule import ImageDataModule
 from vitladder.data.stats import ChannelStats
-from vitladder.run_folder import EPOCH
+from vitladder.run_folder import EPOCH, TRACK
 from vitladder.wandb.analysis import log_analysis
 
 

@@ -22,7 +22,6 @@ LEGACY_COLUMNS = {
     "distance": "distance_px",
     "entropy": "entropy_nats",
 }
-TRACK = "track/"  # the logged name of a tracked value: track/<name>, against epoch
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
