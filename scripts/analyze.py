@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from vitladder.cli import reports_user_errors
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> Path:
     from vitladder.atomic import write_json
     from vitladder.errors import UserError
     from vitladder.run_folder import TRACK, RunPaths, read_summary
+    from vitladder.training.recipe import run_lock
     from vitladder.wandb.analysis import log_reanalysis
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
@@ -58,22 +60,27 @@ def main(argv: list[str] | None = None) -> Path:
     n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
     paths = RunPaths(meta.run_dir) if meta.run_dir is not None else None
     out = args.out or (paths.analysis if paths else meta.path.parent / f"{meta.path.stem}-analysis")
-    started = time.perf_counter()
-    rung = str(meta.rung or cfg.rung)
-    analysis = AttentionAnalysis.from_config(cfg.analysis, out, rung, int(meta.vit_config.patch_size), int(cfg.seed))
-    if args.batch_size:
-        analysis.batch_size = args.batch_size
-    # The tracked history: from a Lightning checkpoint, else the run's metrics.csv (track/<name> columns).
-    metrics_csv = [] if paths is None or not paths.metrics_csv.is_file() else read_csv(paths.metrics_csv)
-    analysis.history = meta.history or history_rows(metrics_csv, TRACK)
-    model = model.to(args.device)
-    images, labels = images[:n].to(args.device), labels[:n].to(args.device)
-    analysis.analyse(model, images, labels, meta.stats, meta.classes or classes)
-    run_id = None
-    if paths is not None and out.resolve() == paths.analysis.resolve():
-        if paths.done.is_file():  # the run's results follow its analysis: the report reads done.json
-            write_json(paths.done, {**read_summary(paths.root), **analysis.scalars})
-        run_id = log_reanalysis(cfg, paths.root, analysis, args.wandb_mode or str(cfg.wandb.mode))
+    writes_run = paths is not None and out.resolve() == paths.analysis.resolve()
+    # Into a run folder only while no other process trains or analyses it: one line naming its holder otherwise.
+    with run_lock(paths.root) if writes_run else nullcontext():
+        started = time.perf_counter()
+        rung = str(meta.rung or cfg.rung)
+        analysis = AttentionAnalysis.from_config(
+            cfg.analysis, out, rung, int(meta.vit_config.patch_size), int(cfg.seed)
+        )
+        if args.batch_size:
+            analysis.batch_size = args.batch_size
+        # The tracked history: from a Lightning checkpoint, else the run's metrics.csv (track/<name> columns).
+        metrics_csv = [] if paths is None or not paths.metrics_csv.is_file() else read_csv(paths.metrics_csv)
+        analysis.history = meta.history or history_rows(metrics_csv, TRACK)
+        model = model.to(args.device)
+        images, labels = images[:n].to(args.device), labels[:n].to(args.device)
+        analysis.analyse(model, images, labels, meta.stats, meta.classes or classes)
+        run_id = None
+        if writes_run:
+            if paths.done.is_file():  # the run's results follow its analysis: the report reads done.json
+                write_json(paths.done, {**read_summary(paths.root), **analysis.scalars})
+            run_id = log_reanalysis(cfg, paths.root, analysis, args.wandb_mode or str(cfg.wandb.mode))
     layer1 = analysis.scalars.get("layer1_distance_px")
     print(
         f"{rung}: analysed {n} test images ({', '.join(analysis.probes)}) in {time.perf_counter() - started:.1f} s"

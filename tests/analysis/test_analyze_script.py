@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from vitladder.analysis.outputs import read_csv
 from vitladder.errors import CheckpointError
 from vitladder.run_folder import RunPaths
 from vitladder.safe_load import load_checkpoint_file
+from vitladder.training.recipe import run_lock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,6 +113,18 @@ def test_truncated_and_missing_checkpoints(fitted_run, tmp_path: Path, capsys) -
     assert "not a checkpoint this project wrote" in one_line_error(capsys, [str(tmp_path / "other.pt")])
     with pytest.raises(CheckpointError):
         load_model(truncated)
+
+
+def test_a_run_being_trained_is_analysed_elsewhere_but_not_written_into(fitted_run, tmp_path: Path, capsys) -> None:
+    run = copy_run(fitted_run, tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    with run_lock(run):  # as train.py holds it while it trains the rung
+        message = one_line_error(capsys, [str(run), "--images", "4"])
+        out = load_script("analyze").main([str(run), "--images", "4", "--out", str(tmp_path / "peek")])
+    assert message.startswith(f"error: {run} is in use by another process (pid {os.getpid()})"), message
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"} == before
+    assert (out / "heads.csv").is_file()  # its checkpoint can still be read and analysed into another folder
+    assert load_script("analyze").main([str(run), "--images", "4"]) == run / "analysis"  # once it is free
 
 
 def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ LOCK_FILE = ".lock"
 
 
 class RunLocked(UserError):
-    """Another process is training (or finishing) this rung."""
+    """Another process is training (or finishing, or analysing) this rung."""
 
 
 def holder_pid(lock_file: Path) -> str:
@@ -64,8 +64,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         raise RunLocked(
-            f"{run_dir} is in use by another process (pid {holder_pid(lock_file)}): wait for it to finish, "
-            "or stop it and run the same command again to resume"
+            f"{run_dir} is in use by another process (pid {holder_pid(lock_file)}): wait for it to finish, or stop "
+            "it (a stopped training resumes where it stopped), and run this command again"
         ) from None
     except OSError as error:
         raise UserError(
