@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from entry_points import load_script
 from vitladder.analysis.metrics import declared
 from vitladder.pipeline import train_rung
 from vitladder.training import run as run_module
+from vitladder.training.recipe import run_lock
 from vitladder.wandb.run import make_logger, offline_runs, report_run_id, resolve_mode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +146,35 @@ def test_runs_set_aside_for_an_old_recipe_are_not_the_ladders(tmp_path) -> None:
     (ladder / "patch8" / "wandb").mkdir(parents=True)
     (ladder / "patch8" / "wandb" / "offline-run-notes.txt").write_text("a file, not a run")
     assert offline_runs(ladder) == sorted(kept)
+
+
+def test_wandb_sync_leaves_a_rung_in_use_for_the_next_upload(tmp_path, capsys, monkeypatch) -> None:
+    """`wandb sync` never uploads a part again: a run still being written would lose its rest."""
+    ladder = tmp_path / "smoke"
+    in_use = ladder / "warmup" / "wandb" / "offline-run-20261201_010000-w"
+    free = [
+        ladder / "patch4" / "wandb" / "offline-run-20261201_000000-p",
+        ladder / "wandb" / "offline-run-20261201_020000-r",
+    ]
+    for folder in (in_use, *free):
+        folder.mkdir(parents=True)
+    script, commands = load_script("wandb_sync"), []
+    monkeypatch.setattr(
+        script.subprocess, "run", lambda command, check: commands.append(command) or SimpleNamespace(returncode=0)
+    )
+    with run_lock(ladder / "warmup"):  # as train.py holds it while it trains the rung
+        assert script.main([str(ladder)]) == 0
+    assert commands == [[sys.executable, "-m", "wandb", "sync", *map(str, sorted(free))]]
+    left = f"warning: {ladder / 'warmup'} is in use by another process: its W&B run is left for the next upload\n"
+    assert capsys.readouterr().err == left
+    assert script.main([str(ladder)]) == 0 and commands[-1][4:] == [str(run) for run in sorted([in_use, *free])]
+
+    for folder in free:
+        shutil.rmtree(folder)
+    with run_lock(ladder / "warmup"), pytest.raises(SystemExit) as exit_info:
+        script.main([str(ladder)])  # nothing else to upload, and no bare `wandb sync` (it would upload ./wandb)
+    assert exit_info.value.code == 2 and "all in use by another process" in capsys.readouterr().err.splitlines()[-1]
+    assert len(commands) == 2
 
 
 @pytest.mark.parametrize(
