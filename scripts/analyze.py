@@ -51,18 +51,18 @@ def main(argv: list[str] | None = None) -> Path:
     from vitladder.wandb.analysis import log_reanalysis
 
     model, meta = load_model(args.checkpoint)  # CheckpointError: one line naming the file
-    cfg = load_run_config(meta, args.overrides)
-    images, labels, classes = test_split(cfg)
-    if args.images is not None and args.images < 1:
-        raise UserError(f"--images must be at least 1, got {args.images}")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
     paths = RunPaths(meta.run_dir) if meta.run_dir is not None else None
     out = args.out or (paths.analysis if paths else meta.path.parent / f"{meta.path.stem}-analysis")
     writes_run = paths is not None and out.resolve() == paths.analysis.resolve()
     # Into a run folder only while no other process trains or analyses it: one line naming its holder otherwise.
     with run_lock(paths.root) if writes_run else nullcontext():
+        cfg = load_run_config(meta, args.overrides)
+        images, labels, classes = test_split(cfg)
+        if args.images is not None and args.images < 1:
+            raise UserError(f"--images must be at least 1, got {args.images}")
+        if args.batch_size is not None and args.batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+        n = min(args.images or int(cfg.analysis.num_images), len(images))  # at most the test split
         started = time.perf_counter()
         rung = str(meta.rung or cfg.rung)
         analysis = AttentionAnalysis.from_config(

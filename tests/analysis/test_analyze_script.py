@@ -124,7 +124,6 @@ def test_a_run_being_trained_is_analysed_elsewhere_but_not_written_into(fitted_r
     assert message.startswith(f"error: {run} is in use by another process (pid {os.getpid()})"), message
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"} == before
     assert (out / "heads.csv").is_file()  # its checkpoint can still be read and analysed into another folder
-    assert load_script("analyze").main([str(run), "--images", "4"]) == run / "analysis"  # once it is free
 
 
 def test_garbage_file_from_the_command_line(tmp_path: Path) -> None:
