@@ -125,6 +125,21 @@ def test_a_sweeps_jobs_are_composed_and_validated_once_each_before_the_first_run
     assert calls == {"compose": 2, "validate": 2}, "the check composed and validated each job; no job again"
 
 
+def test_a_sweep_of_two_recipes_into_one_run_folder_is_refused_before_any_job_runs(train_here, tmp_path):
+    # The way the refusal suggests: each job its own ladder, named after its value (interpolated per job).
+    ladders = tmp_path / "ladders"
+    trained, calls = train_here(
+        "-m", "step=patch8", "optim.lr=1e-3,2e-3", "ladder=lr${optim.lr}", f"output_root={ladders}"
+    )
+    assert [(cfg.ladder, cfg.optim.lr) for cfg in trained] == [("lr0.001", 1e-3), ("lr0.002", 2e-3)]
+    assert calls == {"compose": 2, "validate": 2}, "the jobs' overrides as typed: each checked once, before the first"
+    with pytest.raises(SystemExit) as exit_info:
+        train_here("-m", "step=patch8", "optim.lr=1e-3,2e-3", f"output_root={tmp_path / 'one'}")
+    assert exit_info.value.code == 2 and len(trained) == 2 and not (tmp_path / "one").exists()
+    train_here("-m", "step=patch8", "wandb.mode=offline,disabled", f"output_root={tmp_path / 'two'}")
+    assert len(trained) == 4, "jobs that differ outside the recipe share a run folder: the second keeps the first's"
+
+
 def test_a_job_the_sweep_check_did_not_see_validates_itself(train_here, tmp_path, monkeypatch):
     # A sweep only a sweeper plugin expands, or a job that another process runs (SLURM's): checked in the job.
     from vitladder import cli
@@ -158,6 +173,11 @@ def test_the_sweep_check_stops_at_the_first_job_in_error(monkeypatch, capsys):
         (["seed=0,1"], "error: choose a rung with step=<rung>"),
         (["step=patch8", "seed=0,1", "seed=-1"], "error: seed=-1 is not valid"),  # a key's last value is the one run
         (["step=patch8", "optim.lrr=1,2"], "error: optim.lrr: no such key; did you mean optim.lr?"),
+        (
+            ["step=patch8", "optim.lr=1e-3,2e-3", "seed=0,1"],
+            "error: jobs #0 and #2 of this sweep would both train into outputs/full/patch8, with different recipes "
+            "(optim.lr 0.001 → 0.002): give each its own ladder, e.g. 'ladder=full-lr${optim.lr}'\n",
+        ),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             check(*overrides)

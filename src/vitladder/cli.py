@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitladder.config import accept_plus_step, compose_config, explain, validate
 from vitladder.errors import UserError, describe_os_error
@@ -108,9 +108,28 @@ class CheckSweep(Callback):
     job). A job it did not see validates itself (check_job): a sweeper plugin's, or one run elsewhere (SLURM)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        jobs = sweep_jobs(list(config.hydra.overrides.task))
-        reports_user_errors(lambda: [compose_config(job) for job in jobs])()  # a Callback's exception is a warning
+        jobs = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task))  # as typed: ${...} unresolved
+        reports_user_errors(lambda: check_sweep(jobs))()  # a Callback's exception is only a warning
         CHECKED.update(tuple(job) for job in jobs)
+
+
+def check_sweep(jobs: Sequence[Sequence[str]]) -> None:
+    """Composes and validates every job, and refuses two that would train different recipes into one run folder:
+    the second would stop there, after the first had trained (a run folder holds one recipe)."""
+    from vitladder.training.recipe import listed_changes, recipe_changes  # Lightning's import: for a sweep only
+
+    first_into: dict[str, tuple[int, dict]] = {}  # run folder -> the first job training into it, and its config
+    for number, job in enumerate(jobs):
+        cfg = compose_config(job)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        first, recipe = first_into.setdefault(str(cfg.run_dir), (number, resolved))
+        if changes := recipe_changes(recipe, resolved):
+            key = changes[0][0]
+            raise UserError(
+                f"jobs #{first} and #{number} of this sweep would both train into {cfg.run_dir}, with different "
+                f"recipes ({listed_changes(changes)}): give each its own ladder, e.g. "
+                f"'ladder={cfg.ladder}-{key.rpartition('.')[2]}${{{key}}}'"
+            )
 
 
 def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
@@ -129,6 +148,6 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
 
 def check_job(cfg: DictConfig) -> None:
     """Validates the config of the job Hydra runs, unless this process checked it before its sweep began."""
-    overrides = list(HydraConfig.get().overrides.task)
+    overrides = OmegaConf.to_container(HydraConfig.get().overrides.task)  # as the sweep check saw them
     if tuple(overrides) not in CHECKED:
         validate(cfg, overrides)

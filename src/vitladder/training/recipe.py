@@ -183,6 +183,12 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value).replace(" ", "")
 
 
+def listed_changes(changes: list[tuple[str, Any, Any]]) -> str:
+    """``key old → new`` for each of the first SHOWN_CHANGES changes (recipe_changes), and how many more."""
+    listed = ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in changes[:SHOWN_CHANGES])
+    return listed + (f" and {len(changes) - SHOWN_CHANGES} more" if len(changes) > SHOWN_CHANGES else "")
+
+
 def changed_recipe_message(
     run_dir: Path, changes: list[tuple[str, Any, Any]], finished: bool, made_by: list[str] | tuple = ()
 ) -> str:
@@ -190,9 +196,7 @@ def changed_recipe_message(
     state = "a finished run" if finished else "an interrupted run"
     made = [f"made with {', '.join(made_by)}"] if made_by else []
     if changes:
-        listed = ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in changes[:SHOWN_CHANGES])
-        more = f" and {len(changes) - SHOWN_CHANGES} more" if len(changes) > SHOWN_CHANGES else ""
-        what = f"{state} of another recipe ({'; '.join([listed + more, *made])})"
+        what = f"{state} of another recipe ({'; '.join([listed_changes(changes), *made])})"
     else:
         unknown = f"{state} whose config.yaml is missing or unreadable, so its recipe is unknown"
         what = f"{unknown} ({made[0]})" if made else unknown
